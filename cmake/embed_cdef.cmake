@@ -1,0 +1,21 @@
+# Turns core/include/normlab.h into a Lua file that returns the declarations as one string,
+# for the LuaJIT FFI binding: #-lines and the __cplusplus guards are dropped, nothing else.
+#   cmake -DHEADER=... -DOUT=... -P embed_cdef.cmake
+file(STRINGS "${HEADER}" lines)
+set(body "")
+set(skip 0)
+foreach(line IN LISTS lines)
+  if(line MATCHES "^#ifdef __cplusplus")
+    set(skip 1)
+  elseif(skip AND line MATCHES "^#endif")
+    set(skip 0)
+  elseif(NOT skip AND NOT line MATCHES "^#")
+    string(APPEND body "${line}\n")
+  endif()
+endforeach()
+if(body MATCHES "\\]==\\]")
+  message(FATAL_ERROR "normlab.h contains the Lua long-string terminator ]==]")
+endif()
+file(WRITE "${OUT}.tmp" "-- Generated from core/include/normlab.h by cmake/embed_cdef.cmake. Do not edit.\nreturn [==[\n${body}]==]\n")
+file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
+file(REMOVE "${OUT}.tmp")

@@ -1,0 +1,128 @@
+/*
+ * internal.h: what the core's files share and nothing outside core/ may include.
+ */
+#ifndef NL_INTERNAL_H
+#define NL_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "normlab.h"
+#include "nlk.h"
+
+enum { NL_MAX_CUDA = 16 };
+
+/* Indices into nl_ctx.settings; the table of keys, defaults and docs is in settings.c. */
+enum nl_setting_id {
+  NL_SET_CPU_THREADS,
+  NL_SET_CPU_PERSISTENT_MIN_M,
+  NL_SET_BENCH_WARMUP_MS,
+  NL_SET_BENCH_BATCH_MS,
+  NL_SET_BENCH_BATCHES,
+  NL_SET_BENCH_ROTATE_FACTOR,
+  NL_SET_RMS_FWD_BLOCKROW_MAX_N,
+  NL_SET_RMS_FWD_BLOCKROW_MIN_M,
+  NL_SET_RMS_FWD_PERSISTENT_MIN_M,
+  NL_SET_RMS_BWD_BLOCKROW_MAX_N,
+  NL_SET_RMS_BWD_PERSISTENT_MIN_M,
+  NL_SET_RMS_BWD_ROW_MAX_M,
+  NL_SET_RMS_BWD_ATOMIC,
+  NL_SET_COUNT
+};
+
+/* Scratch memory of one device, grown on demand and kept for the context's lifetime. */
+typedef struct nl_ws {
+  void *p;
+  size_t bytes;
+} nl_ws;
+
+struct nl_cuda_state;  /* cuda.c: stream, events, flush buffer of one device */
+
+struct nl_ctx {
+  int refs;                       /* the owner plus one per live buffer */
+  nl_device device;               /* default device */
+  nl_status sticky;               /* latched fatal CUDA error, NL_OK otherwise */
+  char err[1024];
+  double settings[NL_SET_COUNT];
+  uint64_t seed;
+  volatile int interrupt;         /* set from signal handlers; cleared at the start of long calls */
+  nl_ws ws_cpu;
+  nl_ws ws_cuda[NL_MAX_CUDA];
+  struct nl_cuda_state *cuda[NL_MAX_CUDA];
+  double roofline_cpu;
+  double roofline_cuda[NL_MAX_CUDA];
+};
+
+struct nl_buf {
+  nl_ctx *ctx;
+  nl_device device;
+  int32_t dtype;
+  int32_t ndim;
+  int64_t rows, cols, stride;
+  size_t nbytes;
+  void *data;
+};
+
+/* errors.c / context.c */
+nl_status nl__err(nl_ctx *ctx, nl_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+  __attribute__((format(printf, 3, 4)))
+#endif
+  ;
+nl_status nl__enter(nl_ctx *ctx);     /* NL_OK, or the latched sticky error (message kept) */
+void nl__ctx_release(nl_ctx *ctx);
+int nl__threads(const nl_ctx *ctx);
+const char *nl__device_name(nl_device d, char *buf, size_t cap);
+nl_status nl__check_device(nl_ctx *ctx, nl_device d);
+int nl__same_device(nl_device a, nl_device b);
+void *nl__ws(nl_ctx *ctx, nl_device d, size_t bytes, nl_status *st);
+double nl__now_ms(void);
+
+/* settings.c */
+double nl__setting(const nl_ctx *ctx, enum nl_setting_id id);
+void nl__settings_defaults(nl_ctx *ctx);
+
+/* buffer.c */
+size_t nl__buf_row_bytes(const nl_buf *b);
+nl_status nl__buf_clone(nl_ctx *ctx, const nl_buf *src, nl_buf **out); /* same layout and contents */
+
+/* registry.c: a validated, resolved run */
+typedef struct nl_variant nl_variant;
+typedef struct nl_plan {
+  const nl_variant *v;
+  nl_device device;
+  nlk_norm k;
+  int64_t bytes;
+  int32_t deterministic;
+} nl_plan;
+nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, nl_plan *plan);
+nl_status nl__plan_workspace(nl_ctx *ctx, nl_plan *plan);
+nl_status nl__launch(nl_ctx *ctx, nl_plan *plan);
+void nl__plan_info(const nl_plan *plan, nl_run_info *info);
+
+/* cuda.c: the CUDA runtime behind a C interface; every function returns NL_ENODEV when
+ * normlab was built without CUDA. */
+int nl__cuda_count(void);
+nl_status nl__cuda_query(nl_ctx *ctx, int dev, nl_device_info *info);
+nl_status nl__cuda_check(nl_ctx *ctx, int err, const char *what);
+nl_status nl__cuda_alloc(nl_ctx *ctx, int dev, size_t bytes, void **out);
+void nl__cuda_free(nl_ctx *ctx, int dev, void *p);
+nl_status nl__cuda_copy2d(nl_ctx *ctx, int dev, void *dst, size_t dpitch, const void *src,
+                          size_t spitch, size_t width, size_t height);
+nl_status nl__cuda_fill(nl_ctx *ctx, int dev, void *p, int64_t rows, int64_t cols, int64_t stride,
+                        int elt_size, uint64_t pattern);
+nl_status nl__cuda_sync(nl_ctx *ctx, int dev);
+void *nl__cuda_stream(nl_ctx *ctx, int dev, nl_status *st);
+void nl__cuda_release(nl_ctx *ctx);
+/* Timing of a batch of launches on one device's stream. */
+nl_status nl__cuda_timer_start(nl_ctx *ctx, int dev);
+nl_status nl__cuda_timer_stop(nl_ctx *ctx, int dev, double *ms);
+nl_status nl__cuda_flush_l2(nl_ctx *ctx, int dev);
+nl_status nl__cuda_graph_begin(nl_ctx *ctx, int dev);
+nl_status nl__cuda_graph_end(nl_ctx *ctx, int dev);   /* instantiates the captured graph */
+nl_status nl__cuda_graph_launch(nl_ctx *ctx, int dev);
+void nl__cuda_graph_drop(nl_ctx *ctx, int dev);
+nl_status nl__cuda_copy_bw(nl_ctx *ctx, int dev, double *gbps);
+
+#endif
