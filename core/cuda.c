@@ -23,6 +23,7 @@ struct nl_cuda_state {
   size_t flush_bytes;
   cudaGraph_t graph;
   cudaGraphExec_t exec;
+  unsigned int *sync;   /* grid-barrier words, zeroed once */
 };
 
 int nl__cuda_count(void)
@@ -83,6 +84,7 @@ nl_status nl__cuda_check(nl_ctx *ctx, int err, const char *what)
 static nl_status state(nl_ctx *ctx, int dev, struct nl_cuda_state **out)
 {
   struct nl_cuda_state *s = ctx->cuda[dev];
+  *out = NULL;
   CK(cudaSetDevice(dev), "cudaSetDevice");
   if (!s) {
     s = calloc(1, sizeof *s);
@@ -104,6 +106,22 @@ void *nl__cuda_stream(nl_ctx *ctx, int dev, nl_status *st)
   return *st == NL_OK ? (void *)s->stream : NULL;
 }
 
+void *nl__cuda_sync_words(nl_ctx *ctx, int dev, nl_status *st)
+{
+  struct nl_cuda_state *s;
+  if ((*st = state(ctx, dev, &s)) != NL_OK)
+    return NULL;
+  if (!s->sync) {
+    void *p = NULL;
+    if ((*st = nl__cuda_alloc(ctx, dev, 256, &p)) != NL_OK)
+      return NULL;
+    s->sync = p;
+    if ((*st = nl__cuda_check(ctx, (int)cudaMemsetAsync(p, 0, 256, s->stream), "cudaMemsetAsync")) != NL_OK)
+      return NULL;
+  }
+  return s->sync;
+}
+
 void nl__cuda_release(nl_ctx *ctx)
 {
   for (int d = 0; d < NL_MAX_CUDA; d++) {
@@ -118,6 +136,8 @@ void nl__cuda_release(nl_ctx *ctx)
       cudaGraphDestroy(s->graph);
     if (s->flush)
       cudaFree(s->flush);
+    if (s->sync)
+      cudaFree(s->sync);
     if (s->start)
       cudaEventDestroy(s->start);
     if (s->stop)
@@ -374,6 +394,7 @@ nl_status nl__cuda_fill(nl_ctx *ctx, int dev, void *p, int64_t rows, int64_t col
                         int elt_size, uint64_t pattern) { return nodev(ctx); }
 nl_status nl__cuda_sync(nl_ctx *ctx, int dev) { return nodev(ctx); }
 void *nl__cuda_stream(nl_ctx *ctx, int dev, nl_status *st) { *st = nodev(ctx); return NULL; }
+void *nl__cuda_sync_words(nl_ctx *ctx, int dev, nl_status *st) { *st = nodev(ctx); return NULL; }
 void nl__cuda_release(nl_ctx *ctx) {}
 nl_status nl__cuda_timer_start(nl_ctx *ctx, int dev) { return nodev(ctx); }
 nl_status nl__cuda_timer_stop(nl_ctx *ctx, int dev, double *ms) { return nodev(ctx); }

@@ -22,12 +22,14 @@ enum nl_setting_id {
   NL_SET_BENCH_BATCHES,
   NL_SET_BENCH_ROTATE_FACTOR,
   NL_SET_RMS_FWD_BLOCKROW_MAX_N,
-  NL_SET_RMS_FWD_BLOCKROW_MIN_M,
   NL_SET_RMS_FWD_PERSISTENT_MIN_M,
+  NL_SET_RMS_FWD_ITEMS,
+  NL_SET_RMS_FWD_CTAS_PER_SM,
   NL_SET_RMS_BWD_BLOCKROW_MAX_N,
   NL_SET_RMS_BWD_PERSISTENT_MIN_M,
-  NL_SET_RMS_BWD_ROW_MAX_M,
-  NL_SET_RMS_BWD_ATOMIC,
+  NL_SET_RMS_BWD_ITEMS,
+  NL_SET_RMS_BWD_CTAS_PER_SM,
+  NL_SET_RMS_BWD_FUSED_REDUCE,
   NL_SET_COUNT
 };
 
@@ -115,6 +117,7 @@ nl_status nl__cuda_fill(nl_ctx *ctx, int dev, void *p, int64_t rows, int64_t col
 nl_status nl__cuda_sync(nl_ctx *ctx, int dev);
 void *nl__cuda_stream(nl_ctx *ctx, int dev, nl_status *st);
 void nl__cuda_release(nl_ctx *ctx);
+void *nl__cuda_sync_words(nl_ctx *ctx, int dev, nl_status *st);
 /* Timing of a batch of launches on one device's stream. */
 nl_status nl__cuda_timer_start(nl_ctx *ctx, int dev);
 nl_status nl__cuda_timer_stop(nl_ctx *ctx, int dev, double *ms);

@@ -61,6 +61,7 @@ static nl_status parse_name(nl_ctx *ctx, const char *name, int *op, int *pass, c
                             size_t cap)
 {
   const char *d1, *d2;
+  *op = *pass = -1;
   if (!name)
     return nl__err(ctx, NL_EINVAL, "variant name is NULL");
   d1 = strchr(name, '.');
@@ -69,7 +70,6 @@ static nl_status parse_name(nl_ctx *ctx, const char *name, int *op, int *pass, c
     return nl__err(ctx, NL_EINVAL,
                    "variant '%s' is not of the form <op>.<pass>.<strategy> (e.g. rmsnorm.bwd.row)",
                    name);
-  *op = *pass = -1;
   for (int i = 0; i < 3; i++)
     if ((size_t)(d1 - name) == strlen(op_names[i]) && strncmp(name, op_names[i], (size_t)(d1 - name)) == 0)
       *op = i;
@@ -338,6 +338,9 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
     plan->k.stream = nl__cuda_stream(ctx, plan->device.index, &st);
     if (st != NL_OK)
       return st;
+    plan->k.sync = nl__cuda_sync_words(ctx, plan->device.index, &st);
+    if (st != NL_OK)
+      return st;
     {
       nl_device_info info;
       if ((st = nl_device_query(ctx, plan->device, &info)) != NL_OK)
@@ -373,6 +376,8 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
     plan->k.reduce = r;
   }
   plan->deterministic = plan->k.reduce != NLK_REDUCE_ATOMIC;
+  if (v->tune)
+    v->tune(ctx, &plan->k);
   if (v->supports && (st = v->supports(ctx, &plan->k, why, sizeof why)) != NL_OK)
     return nl__err(ctx, st, "%s: %s", v->name, why);
   return NL_OK;

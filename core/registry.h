@@ -29,6 +29,8 @@ struct nl_variant {
   size_t (*workspace)(const nlk_norm *k);            /* NULL: none */
   int (*launch)(nlk_norm *k);                        /* NULL for `auto` entries */
   const char *(*resolve)(const nl_ctx *ctx, const nlk_norm *k); /* `auto` entries only */
+  /* Copies tuning settings into k before supports/workspace/launch; NULL: none. */
+  void (*tune)(const nl_ctx *ctx, nlk_norm *k);
 };
 
 /* The tables; the CUDA one is empty when normlab is built without CUDA. */

@@ -1,7 +1,8 @@
 /*
  * settings.c: runtime settings on the context. Every dispatch threshold and harness default
  * lives here as data, so experiments can sweep them (nl.set("rmsnorm.fwd.blockrow_max_n", 512)).
- * The `auto` resolvers in the variant tables read these and nothing else.
+ * The `auto` resolvers and tuning hooks of the variant tables read these and nothing else.
+ * The rmsnorm.* settings also drive add_rmsnorm, which shares its kernels.
  */
 #include <math.h>
 #include <string.h>
@@ -28,20 +29,24 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "timed batches; the median is reported"},
   [NL_SET_BENCH_ROTATE_FACTOR] = {"bench.rotate_factor", 4, 0, 64, 0,
     "rotate mode: the buffer sets cycled cover at least this many times the L2 (CPU: LLC)"},
-  [NL_SET_RMS_FWD_BLOCKROW_MAX_N] = {"rmsnorm.fwd.blockrow_max_n", 1024, 0, 1 << 20, 1,
-    "CUDA auto forward: blockrow (several rows per CTA) for N up to this"},
-  [NL_SET_RMS_FWD_BLOCKROW_MIN_M] = {"rmsnorm.fwd.blockrow_min_m", 1024, 1, 1e12, 1,
-    "CUDA auto forward: blockrow only from this many rows"},
-  [NL_SET_RMS_FWD_PERSISTENT_MIN_M] = {"rmsnorm.fwd.persistent_min_m", 1e12, 1, 1e12, 1,
-    "CUDA auto forward: persistent (grid-stride, weight loaded once per CTA) from this many rows"},
-  [NL_SET_RMS_BWD_BLOCKROW_MAX_N] = {"rmsnorm.bwd.blockrow_max_n", 1024, 0, 1 << 20, 1,
-    "CUDA auto backward: blockrow for N up to this"},
-  [NL_SET_RMS_BWD_PERSISTENT_MIN_M] = {"rmsnorm.bwd.persistent_min_m", 256, 1, 1e12, 1,
-    "CUDA auto backward: persistent from this many rows (row below)"},
-  [NL_SET_RMS_BWD_ROW_MAX_M] = {"rmsnorm.bwd.row_max_m", 0, 0, 1e12, 1,
-    "unused by auto unless > 0: row backward for M up to this (it needs an M x N temp)"},
-  [NL_SET_RMS_BWD_ATOMIC] = {"rmsnorm.bwd.atomic", 0, 0, 1, 1,
-    "auto backward: 1 lets auto pick fp32-atomic dW reductions (not deterministic)"},
+  [NL_SET_RMS_FWD_BLOCKROW_MAX_N] = {"rmsnorm.fwd.blockrow_max_n", 1024, 0, 1 << 24, 1,
+    "CUDA auto forward: blockrow (a warp or less per row) for N up to this"},
+  [NL_SET_RMS_FWD_PERSISTENT_MIN_M] = {"rmsnorm.fwd.persistent_min_m", 1, 1, 1e12, 1,
+    "CUDA auto forward above blockrow_max_n: persistent from this many rows, row below"},
+  [NL_SET_RMS_FWD_ITEMS] = {"rmsnorm.fwd.items", 4, 1, 8, 1,
+    "CUDA forward: target 16-byte packs per thread per row (1, 2, 4, 8); fewer threads per row as it grows"},
+  [NL_SET_RMS_FWD_CTAS_PER_SM] = {"rmsnorm.fwd.ctas_per_sm", 0, 0, 64, 1,
+    "CUDA persistent forward: CTAs per SM (0: as many as fit)"},
+  [NL_SET_RMS_BWD_BLOCKROW_MAX_N] = {"rmsnorm.bwd.blockrow_max_n", 0, 0, 1 << 24, 1,
+    "CUDA auto backward: blockrow for N up to this (0: never)"},
+  [NL_SET_RMS_BWD_PERSISTENT_MIN_M] = {"rmsnorm.bwd.persistent_min_m", 1, 1, 1e12, 1,
+    "CUDA auto backward above blockrow_max_n: persistent from this many rows, row below"},
+  [NL_SET_RMS_BWD_ITEMS] = {"rmsnorm.bwd.items", 2, 1, 8, 1,
+    "CUDA backward: target 16-byte packs per thread per row (1, 2, 4, 8)"},
+  [NL_SET_RMS_BWD_CTAS_PER_SM] = {"rmsnorm.bwd.ctas_per_sm", 0, 0, 64, 1,
+    "CUDA persistent backward: CTAs per SM (0: as many as fit)"},
+  [NL_SET_RMS_BWD_FUSED_REDUCE] = {"rmsnorm.bwd.fused_reduce", 1, 0, 1, 1,
+    "CUDA persistent backward: 1 reduces dW in the same kernel after a grid barrier, 0 launches the reduce kernel"},
 };
 
 double nl__setting(const nl_ctx *ctx, enum nl_setting_id id) { return ctx->settings[id]; }

@@ -22,26 +22,26 @@ static const char *cpu_auto(const nl_ctx *ctx, const nlk_norm *k)
 
 #define OP_ENTRIES(OPNAME, OP)                                                                  \
   {OPNAME ".fwd.ref", OP, NL_FWD, NL_CPU, "ref", "fp64 oracle, rows in parallel", REF_LIMITS,   \
-   REF_DT, 0, 0, NULL, NULL, nlk_cpu_ref_fwd, NULL},                                            \
+   REF_DT, 0, 0, NULL, NULL, nlk_cpu_ref_fwd, NULL, NULL},                                            \
   {OPNAME ".fwd.row", OP, NL_FWD, NL_CPU, "row", "contiguous row blocks per thread, fp32 math", \
-   FAST_LIMITS, FAST_DT, 0, 0, NULL, NULL, nlk_cpu_row_fwd, NULL},                              \
+   FAST_LIMITS, FAST_DT, 0, 0, NULL, NULL, nlk_cpu_row_fwd, NULL, NULL},                              \
   {OPNAME ".fwd.persistent", OP, NL_FWD, NL_CPU, "persistent",                                  \
    "threads stride over rows, weight converted once per thread", FAST_LIMITS, FAST_DT, 0, 0,    \
-   NULL, NULL, nlk_cpu_persistent_fwd, NULL},                                                   \
+   NULL, NULL, nlk_cpu_persistent_fwd, NULL, NULL},                                                   \
   {OPNAME ".fwd.auto", OP, NL_FWD, NL_CPU, "auto", AUTO_SUMMARY, "as the variant it picks",     \
-   REF_DT, 0, 0, NULL, NULL, NULL, cpu_auto},                                                   \
+   REF_DT, 0, 0, NULL, NULL, NULL, cpu_auto, NULL},                                                   \
   {OPNAME ".bwd.ref", OP, NL_BWD, NL_CPU, "ref", "fp64 oracle; dW from fp64 partials",         \
-   REF_LIMITS, REF_DT, 0, 0, NULL, NULL, nlk_cpu_ref_bwd, NULL},                                \
+   REF_LIMITS, REF_DT, 0, 0, NULL, NULL, nlk_cpu_ref_bwd, NULL, NULL},                                \
   {OPNAME ".bwd.row", OP, NL_BWD, NL_CPU, "row",                                                \
    "per-row dW into an M x N fp32 temp, then a column reduction (the old design)", FAST_LIMITS, \
    FAST_DT, NL_RED(NL_REDUCE_TEMP), NL_REDUCE_TEMP, NULL, nlk_cpu_row_bwd_ws, nlk_cpu_row_bwd,  \
-   NULL},                                                                                       \
+   NULL, NULL},                                                                                       \
   {OPNAME ".bwd.persistent", OP, NL_BWD, NL_CPU, "persistent",                                  \
    "threads stride over rows, dW in a per-thread fp32 partial row, then one reduction",         \
    FAST_LIMITS, FAST_DT, NL_RED(NL_REDUCE_PARTIALS), NL_REDUCE_PARTIALS, NULL,                  \
-   nlk_cpu_persistent_bwd_ws, nlk_cpu_persistent_bwd, NULL},                                    \
+   nlk_cpu_persistent_bwd_ws, nlk_cpu_persistent_bwd, NULL, NULL},                                    \
   {OPNAME ".bwd.auto", OP, NL_BWD, NL_CPU, "auto", AUTO_SUMMARY, "as the variant it picks",     \
-   REF_DT, NL_RED(NL_REDUCE_TEMP) | NL_RED(NL_REDUCE_PARTIALS), 0, NULL, NULL, NULL, cpu_auto}
+   REF_DT, NL_RED(NL_REDUCE_TEMP) | NL_RED(NL_REDUCE_PARTIALS), 0, NULL, NULL, NULL, cpu_auto, NULL}
 
 const nl_variant nl__cpu_variants[] = {
   OP_ENTRIES("rmsnorm", NL_OP_RMSNORM),

@@ -1,15 +1,124 @@
 /*
  * variants_cuda.c: the CUDA entries of the registry (empty when built without CUDA).
+ * add_rmsnorm runs the RMSNorm kernels with the residual add (forward) or the residual
+ * gradient (backward) switched on, so both ops list the same strategies and settings.
  */
+#include <stdio.h>
+
 #include "registry.h"
 
 #ifdef NL_HAVE_CUDA
 #include "cuda/cuda_kernels.h"
-#endif
 
-/* C has no empty arrays: the table ends with an unused sentinel that the count excludes. */
+#define DTYPES (NL_DT(NL_F32) | NL_DT(NL_F16) | NL_DT(NL_BF16))
+#define MAX_N ((int64_t)1 << 24)
+
+static nl_status rms_supports(const nl_ctx *ctx, const nlk_norm *k, char *why, size_t cap)
+{
+  if (k->N > MAX_N) {
+    snprintf(why, cap, "N = %lld is above the CUDA kernels' limit of %lld", (long long)k->N,
+             (long long)MAX_N);
+    return NL_EUNSUPPORTED;
+  }
+  return NL_OK;
+}
+
+static nl_status blockrow_supports(const nl_ctx *ctx, const nlk_norm *k, char *why, size_t cap)
+{
+  int64_t max_n = nlk_cuda_blockrow_max_n(k);
+  if (k->N > max_n) {
+    snprintf(why, cap, "N = %lld is too wide for a warp per row (at most %lld for %s rows%s)",
+             (long long)k->N, (long long)max_n, nl_dtype_name(k->dt),
+             max_n < 32 * 8 * 4 ? " without 16-byte alignment" : "");
+    return NL_EUNSUPPORTED;
+  }
+  return NL_OK;
+}
+
+static void tune_fwd(const nl_ctx *ctx, nlk_norm *k)
+{
+  k->items = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_ITEMS);
+  k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_CTAS_PER_SM);
+}
+
+static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
+{
+  k->items = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_ITEMS);
+  k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_CTAS_PER_SM);
+  k->fused_reduce = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_FUSED_REDUCE);
+}
+
+/* auto: blockrow up to blockrow_max_n (when a warp holds the row), then persistent from
+ * persistent_min_m rows, row below. */
+static const char *pick(const nl_ctx *ctx, const nlk_norm *k, enum nl_setting_id max_n,
+                        enum nl_setting_id min_m)
+{
+  if (k->N <= (int64_t)nl__setting(ctx, max_n) && k->N <= nlk_cuda_blockrow_max_n(k))
+    return "blockrow";
+  return k->M >= (int64_t)nl__setting(ctx, min_m) ? "persistent" : "row";
+}
+
+static const char *auto_fwd(const nl_ctx *ctx, const nlk_norm *k)
+{
+  return pick(ctx, k, NL_SET_RMS_FWD_BLOCKROW_MAX_N, NL_SET_RMS_FWD_PERSISTENT_MIN_M);
+}
+
+static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
+{
+  return pick(ctx, k, NL_SET_RMS_BWD_BLOCKROW_MAX_N, NL_SET_RMS_BWD_PERSISTENT_MIN_M);
+}
+
+#define LIMITS "any M; N <= 2^24; fp32, fp16, bf16; 16-byte packs when N and strides allow"
+#define BR_LIMITS "N <= 2048 (bf16/fp16) or 1024 (fp32) with 16-byte packs, 256 / 256 without"
+#define RED_TP (NL_RED(NL_REDUCE_PARTIALS) | NL_RED(NL_REDUCE_ATOMIC))
+
+#define RMS_ENTRIES(OPNAME, OP)                                                                 \
+  {OPNAME ".fwd.row", OP, NL_FWD, NL_CUDA, "row", "one CTA per row, row held in registers",     \
+   LIMITS, DTYPES, 0, 0, rms_supports, NULL, nlk_cuda_rms_fwd_row, NULL, tune_fwd},             \
+  {OPNAME ".fwd.blockrow", OP, NL_FWD, NL_CUDA, "blockrow",                                     \
+   "256-thread CTAs, a warp or less per row, shuffle reductions only", BR_LIMITS, DTYPES, 0, 0,  \
+   blockrow_supports, NULL, nlk_cuda_rms_fwd_blockrow, NULL, tune_fwd},                         \
+  {OPNAME ".fwd.persistent", OP, NL_FWD, NL_CUDA, "persistent",                                 \
+   "grid = SMs x resident CTAs striding over rows, weight in registers once per CTA", LIMITS,    \
+   DTYPES, 0, 0, rms_supports, NULL, nlk_cuda_rms_fwd_persistent, NULL, tune_fwd},              \
+  {OPNAME ".fwd.auto", OP, NL_FWD, NL_CUDA, "auto",                                             \
+   "blockrow for N <= rmsnorm.fwd.blockrow_max_n, persistent from rmsnorm.fwd.persistent_min_m " \
+   "rows, row below", "as the variant it picks", DTYPES, 0, 0, NULL, NULL, NULL, auto_fwd, NULL}, \
+  {OPNAME ".bwd.row", OP, NL_BWD, NL_CUDA, "row",                                               \
+   "one CTA per row; dW through an M x N fp32 temp and a column-reduce kernel (the old design)", \
+   LIMITS, DTYPES, NL_RED(NL_REDUCE_TEMP) | NL_RED(NL_REDUCE_ATOMIC), NL_REDUCE_TEMP,            \
+   rms_supports, nlk_cuda_rms_bwd_row_ws, nlk_cuda_rms_bwd_row, NULL, tune_bwd},                \
+  {OPNAME ".bwd.blockrow", OP, NL_BWD, NL_CUDA, "blockrow",                                     \
+   "a warp or less per row, 256-thread CTAs; (CTAs x N) fp32 partials + reduce kernel",          \
+   BR_LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, blockrow_supports,                            \
+   nlk_cuda_rms_bwd_blockrow_ws, nlk_cuda_rms_bwd_blockrow, NULL, tune_bwd},                    \
+  {OPNAME ".bwd.partials", OP, NL_BWD, NL_CUDA, "partials",                                     \
+   "grid = SM count over contiguous row chunks, dW in registers; (SMs x N) partials + reduce",   \
+   LIMITS, DTYPES, NL_RED(NL_REDUCE_PARTIALS), NL_REDUCE_PARTIALS, rms_supports,                \
+   nlk_cuda_rms_bwd_partials_ws, nlk_cuda_rms_bwd_partials, NULL, tune_bwd},                    \
+  {OPNAME ".bwd.persistent", OP, NL_BWD, NL_CUDA, "persistent",                                 \
+   "grid = SMs x resident CTAs striding over rows, dW in registers; partials reduced after a "  \
+   "grid barrier in the same kernel (rmsnorm.bwd.fused_reduce) or by the reduce kernel",        \
+   LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, rms_supports, nlk_cuda_rms_bwd_persistent_ws,    \
+   nlk_cuda_rms_bwd_persistent, NULL, tune_bwd},                                                \
+  {OPNAME ".bwd.auto", OP, NL_BWD, NL_CUDA, "auto",                                             \
+   "blockrow for N <= rmsnorm.bwd.blockrow_max_n, persistent from rmsnorm.bwd.persistent_min_m " \
+   "rows, row below", "as the variant it picks", DTYPES, 0, 0, NULL, NULL, NULL, auto_bwd, NULL}
+
 const nl_variant nl__cuda_variants[] = {
-  {NULL, 0, 0, NL_CUDA, NULL, NULL, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
+  RMS_ENTRIES("rmsnorm", NL_OP_RMSNORM),
+  RMS_ENTRIES("add_rmsnorm", NL_OP_ADD_RMSNORM),
 };
 
-const int nl__cuda_variant_count = (int)(sizeof nl__cuda_variants / sizeof nl__cuda_variants[0]) - 1;
+const int nl__cuda_variant_count = (int)(sizeof nl__cuda_variants / sizeof nl__cuda_variants[0]);
+
+#else
+
+/* C has no empty arrays: one unused sentinel that the count excludes. */
+const nl_variant nl__cuda_variants[] = {
+  {NULL, 0, 0, NL_CUDA, NULL, NULL, NULL, 0, 0, 0, NULL, NULL, NULL, NULL, NULL},
+};
+
+const int nl__cuda_variant_count = 0;
+
+#endif

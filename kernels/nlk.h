@@ -58,6 +58,13 @@ typedef struct nlk_norm {
   int32_t threads;  /* CPU worker threads */
   void *stream;     /* cudaStream_t */
   int32_t sm_count;
+  void *sync;       /* CUDA: zero-initialised device words for grid barriers; a kernel that
+                     * uses them must leave them zero again */
+
+  /* tuning, set from the context's settings before supports/workspace/launch */
+  int32_t items;          /* target 16-byte vectors per thread per row */
+  int32_t ctas_per_sm;    /* persistent grids: CTAs per SM (0: as many as fit) */
+  int32_t fused_reduce;   /* persistent backward: reduce dW partials in-kernel after a grid barrier */
   int32_t cuda_error;     /* [out] cudaError_t when a launcher returns NLK_ERR_CUDA */
   int32_t grid;           /* [out] blocks (CUDA) or threads (CPU) used by the main kernel */
   int32_t block;          /* [out] threads per block */

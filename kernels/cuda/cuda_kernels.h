@@ -16,6 +16,26 @@ extern "C" {
 int nlk_cuda_fill(void *p, int64_t rows, int64_t cols, int64_t stride, int elt_size,
                   uint64_t pattern, void *stream);
 
+/* RMSNorm (and add_rmsnorm) forward: rmsnorm_fwd.cu */
+int nlk_cuda_rms_fwd_row(nlk_norm *k);
+int nlk_cuda_rms_fwd_blockrow(nlk_norm *k);
+int nlk_cuda_rms_fwd_persistent(nlk_norm *k);
+
+/* RMSNorm (and add_rmsnorm) backward: rmsnorm_bwd.cu. The _ws functions give the scratch
+ * each needs for the same nlk_norm (partials or temp, fp32). */
+int nlk_cuda_rms_bwd_row(nlk_norm *k);
+int nlk_cuda_rms_bwd_blockrow(nlk_norm *k);
+int nlk_cuda_rms_bwd_partials(nlk_norm *k);
+int nlk_cuda_rms_bwd_persistent(nlk_norm *k);
+size_t nlk_cuda_rms_bwd_row_ws(const nlk_norm *k);
+size_t nlk_cuda_rms_bwd_blockrow_ws(const nlk_norm *k);
+size_t nlk_cuda_rms_bwd_partials_ws(const nlk_norm *k);
+size_t nlk_cuda_rms_bwd_persistent_ws(const nlk_norm *k);
+
+/* The widest row a warp-per-row (blockrow) kernel holds in registers for k's dtype and
+ * alignment. */
+int64_t nlk_cuda_blockrow_max_n(const nlk_norm *k);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,11 +1,9 @@
 /*
- * util.cu: buffer fills. One thread per element with a grid-stride loop over the logical
- * rows x cols elements (strided rows), so any pattern width and any stride work; fills are
- * not on any timed path.
+ * util.cu: buffer fills and small launch-geometry queries. Fills use one thread per element
+ * with a grid-stride loop over the logical rows x cols elements (strided rows), so any
+ * pattern width and any stride work; fills are not on any timed path.
  */
-#include <cuda_runtime.h>
-
-#include "cuda_kernels.h"
+#include "common.cuh"
 
 template <typename T>
 __global__ void fill_kernel(T *p, int64_t rows, int64_t cols, int64_t stride, T value)
@@ -37,4 +35,10 @@ extern "C" int nlk_cuda_fill(void *p, int64_t rows, int64_t cols, int64_t stride
   case 8: return (int)fill<unsigned long long>(p, rows, cols, stride, pattern, s);
   default: return (int)cudaErrorInvalidValue;
   }
+}
+
+extern "C" int64_t nlk_cuda_blockrow_max_n(const nlk_norm *k)
+{
+  const int elt = k->dt == NLK_F32 ? 4 : 2;
+  return (int64_t)32 * nlk::MAX_ITEMS * nlk::pick_vec(k, elt);
 }

@@ -1,0 +1,280 @@
+/*
+ * common.cuh: what the CUDA norm kernels share: element types, 16-byte packs, rounding,
+ * warp and block sums, the row-mapping configuration and the grid barrier.
+ */
+#ifndef NL_COMMON_CUH
+#define NL_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <type_traits>
+#include <utility>
+
+#include "cuda_kernels.h"
+
+namespace nlk {
+
+template <typename T> struct Dt;
+template <> struct Dt<float> {
+  static __device__ __forceinline__ float to_f(float v) { return v; }
+  static __device__ __forceinline__ float from_f(float v) { return v; }
+};
+template <> struct Dt<__half> {
+  static __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
+};
+template <> struct Dt<__nv_bfloat16> {
+  static __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
+};
+
+template <typename T> __device__ __forceinline__ float to_f(T v) { return Dt<T>::to_f(v); }
+template <typename T> __device__ __forceinline__ T from_f(float v) { return Dt<T>::from_f(v); }
+/* The value v takes once stored in T: the casting modes round intermediates like this. */
+template <typename T> __device__ __forceinline__ float round_to(float v) { return to_f(from_f<T>(v)); }
+
+/* VEC elements moved as one access: 16 bytes when VEC = 16 / sizeof(T). */
+template <typename T, int VEC> struct __align__(sizeof(T) * VEC) Pack {
+  T v[VEC];
+};
+
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load(const void *base, int64_t row, int64_t stride, int vec)
+{
+  return reinterpret_cast<const Pack<T, VEC> *>(static_cast<const T *>(base) + row * stride)[vec];
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store(void *base, int64_t row, int64_t stride, int vec, const Pack<T, VEC> &p)
+{
+  reinterpret_cast<Pack<T, VEC> *>(static_cast<T *>(base) + row * stride)[vec] = p;
+}
+
+/* Sum over aligned groups of `width` lanes (a power of two <= 32); every lane gets the sum. */
+__device__ __forceinline__ float group_sum(float v, int width)
+{
+  for (int o = width >> 1; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* Sum over the whole block, one __syncthreads: partial sums alternate between two slots, so
+ * slot p is rewritten only after every warp has passed the barrier of the next call. Every
+ * thread adds the warp sums in the same order, so all get the bit-identical result. */
+__device__ __forceinline__ float block_sum(float v, float (*red)[32], int &parity)
+{
+  const int warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  v = group_sum(v, 32);
+  if ((threadIdx.x & 31) == 0)
+    red[parity][warp] = v;
+  __syncthreads();
+  v = 0.f;
+  for (int w = 0; w < nwarps; w++)
+    v += red[parity][w];
+  parity ^= 1;
+  return v;
+}
+
+/* Weight element as fp32, offset added; 1 when non-affine. */
+template <typename T>
+__device__ __forceinline__ float weight_at(const void *w, int wf32, float offset, int col)
+{
+  if (!w)
+    return 1.f;
+  return (wf32 ? __ldg(static_cast<const float *>(w) + col)
+               : to_f(static_cast<const T *>(w)[col])) + offset;
+}
+
+/* The VEC weights of pack v as fp32 (offset added; 1 when non-affine), in 16-byte loads
+ * through the read-only path: every row re-reads the same columns, so they stay in L1. */
+template <typename T, int VEC>
+__device__ __forceinline__ void load_w(const void *w, int wf32, float offset, int v, float (&out)[VEC])
+{
+  if (!w) {
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      out[j] = 1.f;
+  } else if (wf32) {
+    const Pack<float, VEC> p = reinterpret_cast<const Pack<float, VEC> *>(w)[v];
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      out[j] = p.v[j] + offset;
+  } else {
+    const Pack<T, VEC> p = reinterpret_cast<const Pack<T, VEC> *>(w)[v];
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      out[j] = to_f(p.v[j]) + offset;
+  }
+}
+
+/* Grid-wide barrier for cooperative launches (all CTAs co-resident). sync[0] counts
+ * arrivals and is back to zero afterwards; sync[1] is a generation number. */
+__device__ __forceinline__ void grid_barrier(unsigned int *sync)
+{
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned int *gen = sync + 1;
+    unsigned int g = *gen;
+    __threadfence();
+    if (atomicAdd(sync, 1u) == gridDim.x - 1) {
+      atomicExch(sync, 0u);
+      __threadfence();
+      atomicAdd(sync + 1, 1u);
+    } else {
+      while (*gen == g)
+        __nanosleep(64);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+/* How a launch maps rows to threads. `group` threads share a row; a CTA holds
+ * block / group rows at a time; each thread keeps `items` packs of `vec` elements. */
+struct RowCfg {
+  int vec;
+  int items;       /* 0: too wide for registers, the looping kernel runs */
+  int group;
+  int block;
+  bool warp_rows;  /* group <= 32: rows reduce with shuffles only */
+  int64_t grid;
+};
+
+__host__ inline int pow2ceil(int64_t v)
+{
+  int p = 1;
+  while (p < v)
+    p <<= 1;
+  return p;
+}
+
+/* 16-byte packs when N, every row stride and every base pointer allow them. */
+__host__ inline int pick_vec(const nlk_norm *k, int elt)
+{
+  int vec = 16 / elt;
+  const void *ptrs[] = {k->x, k->res, k->dy, k->dres, k->y, k->res_out, k->dx};
+  const int64_t strides[] = {k->sx, k->sres, k->sdy, k->sdres, k->sy, k->sres_out, k->sdx};
+  if (k->N % vec)
+    return 1;
+  for (int i = 0; i < 7; i++)
+    if (ptrs[i] && (((uintptr_t)ptrs[i] % 16) || strides[i] % vec))
+      return 1;
+  return vec;
+}
+
+enum { WARP_ROWS_BLOCK = 256, MAX_ITEMS = 8, LOOP_BLOCK = 512 };
+
+/* The largest block a kernel holding `items` packs per thread may run with: the register
+ * budget is 64K per SM, so wider register arrays need smaller blocks. Kernels declare
+ * __launch_bounds__(max_block) with the same table, or ptxas would cap them at 64 registers
+ * and spill. */
+struct BlockLimits {
+  int by_items[4]; /* items 1, 2, 4, 8 */
+  __host__ __device__ constexpr int operator()(int items) const
+  {
+    return by_items[items <= 1 ? 0 : items == 2 ? 1 : items == 4 ? 2 : 3];
+  }
+};
+
+enum RowMode { ANY_ROWS, CTA_ROWS, WARP_ROWS };
+
+/* Threads per row and packs per thread: the fewest packs per thread from the target
+ * `items` up that fit the block limits. CTA_ROWS forces one row per CTA (the `row`
+ * strategies), WARP_ROWS a warp or less per row (`blockrow`). items == 0: the row is wider
+ * than any register layout and the looping kernel runs (never for WARP_ROWS: the caller
+ * reports the row as too wide). */
+__host__ inline RowCfg row_cfg(const nlk_norm *k, int elt, RowMode mode, BlockLimits limits)
+{
+  RowCfg c;
+  int target = k->items < 1 ? 1 : k->items > MAX_ITEMS ? MAX_ITEMS : pow2ceil(k->items);
+  int64_t nvec;
+  c.vec = pick_vec(k, elt);
+  nvec = k->N / c.vec;
+  c.grid = 0;
+  for (int items = target; items <= MAX_ITEMS; items *= 2) {
+    int64_t group = pow2ceil((nvec + items - 1) / items);
+    c.items = items;
+    if (mode != CTA_ROWS && group <= 32) {
+      c.group = (int)group;
+      c.warp_rows = true;
+      c.block = WARP_ROWS_BLOCK;
+      return c;
+    }
+    if (mode == WARP_ROWS)
+      continue;
+    if (group < 32)
+      group = 32;
+    if (group <= limits(items)) {
+      c.group = (int)group;
+      c.warp_rows = false;
+      c.block = c.group;
+      return c;
+    }
+  }
+  c.items = 0;
+  c.warp_rows = false;
+  c.group = c.block = LOOP_BLOCK;
+  return c;
+}
+
+__host__ inline int rows_per_cta(const RowCfg &c) { return c.block / c.group; }
+
+/* Calls f(std::integral_constant<int, I>) for the runtime value i in {1, 2, 4, 8}. */
+template <typename F> __host__ inline int with_items(int i, F &&f)
+{
+  switch (i) {
+  case 1: return f(std::integral_constant<int, 1>{});
+  case 2: return f(std::integral_constant<int, 2>{});
+  case 4: return f(std::integral_constant<int, 4>{});
+  case 8: return f(std::integral_constant<int, 8>{});
+  default: return NLK_ERR_UNSUPPORTED;
+  }
+}
+
+/* Calls f(T{}) for the activation dtype. */
+template <typename F> __host__ inline int with_dtype(int dt, F &&f)
+{
+  switch (dt) {
+  case NLK_F32: return f(float{});
+  case NLK_F16: return f(__half{});
+  case NLK_BF16: return f(__nv_bfloat16{});
+  default: return NLK_ERR_UNSUPPORTED;
+  }
+}
+
+__host__ inline int cuda_result(nlk_norm *k, cudaError_t e)
+{
+  if (e == cudaSuccess)
+    return NLK_OK;
+  k->cuda_error = (int)e;
+  return NLK_ERR_CUDA;
+}
+
+/* Resident CTAs per SM of a kernel at a block size and dynamic shared memory. The answer is
+ * memoised per (kernel, block, smem): benchmark loops launch thousands of times and the
+ * query is not free. The table is per process and assumes one GPU model per process. */
+__host__ inline int occupancy(const void *kernel, int block, size_t smem)
+{
+  struct entry { const void *kernel; int block; size_t smem; int n; };
+  static entry memo[256];
+  static int used;
+  int n = 0;
+  for (int i = 0; i < used; i++)
+    if (memo[i].kernel == kernel && memo[i].block == block && memo[i].smem == smem)
+      return memo[i].n;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, smem) != cudaSuccess) {
+    cudaGetLastError();
+    n = 1;
+  }
+  if (n < 1)
+    n = 1;
+  if (used < 256)
+    memo[used++] = entry{kernel, block, smem, n};
+  return n;
+}
+
+} // namespace nlk
+
+#endif

@@ -1,0 +1,447 @@
+/*
+ * rmsnorm_bwd.cu: RMSNorm backward (and add_rmsnorm's, which adds the gradient arriving at
+ * residual_out into dx): dx from dy, x, w and the saved rstd; dW summed over rows.
+ *
+ * One kernel body; the strategies differ in how rows map to CTAs and how dW is reduced:
+ *   row        one CTA per row; each row's dW contribution goes to an M x N fp32 temp, then
+ *              a column-reduce kernel (the old design: 8MN extra bytes of traffic);
+ *   blockrow   256-thread CTAs of a warp (or less) per row; (CTAs x N) fp32 partials + reduce;
+ *   partials   grid = SM count, each CTA a contiguous chunk of rows, dW in registers;
+ *              (SMs x N) partials + reduce kernel;
+ *   persistent grid = SMs x resident CTAs striding over rows, dW in registers;
+ *              (grid x N) partials reduced either in the same kernel after a grid barrier
+ *              (cooperative launch, co-residency guaranteed) or by the reduce kernel.
+ * Every reduction sums partials in a fixed order, so results are bitwise reproducible;
+ * the `atomic` reduction (fp32 atomicAdd into an accumulator) is not.
+ * dx may overwrite dy in place: each thread reads its packs of a row before writing them.
+ */
+#include "common.cuh"
+
+namespace nlk {
+namespace {
+
+struct BwdArgs {
+  const void *x, *dy, *dres, *w;
+  void *dx, *dw;
+  const float *rstd;
+  float *partials;  /* [grid][N] (row: [M][N]); NULL when dW is not reduced through them */
+  float *accum;     /* atomic reduction: [N] fp32, zeroed before the launch */
+  unsigned int *sync;
+  int64_t sx, sdy, sdres, sdx;
+  int64_t M, chunk; /* chunk > 0: CTA b owns rows [b*chunk, (b+1)*chunk) */
+  int N, group, wf32, cast, fused, dw_f32;
+  float offset;
+};
+
+template <typename T>
+__device__ __forceinline__ void store_dw(void *dw, int dw_f32, int col, float v)
+{
+  if (dw_f32)
+    static_cast<float *>(dw)[col] = v;
+  else
+    static_cast<T *>(dw)[col] = from_f<T>(v);
+}
+
+/* After a grid barrier: CTA b sums the partials of its slice of columns over all CTAs, in
+ * CTA order. Lanes take 32 adjacent columns, warps split the partial rows. */
+template <typename T>
+__device__ void reduce_slice(const BwdArgs &a, float *red)
+{
+  const int nb = gridDim.x, cs = (a.N + nb - 1) / nb;
+  const int c0 = blockIdx.x * cs, c1 = min(a.N, c0 + cs);
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, ny = blockDim.x >> 5;
+  for (int ct = c0; ct < c1; ct += 32) {
+    const int col = ct + tx;
+    float acc = 0.f;
+    if (col < c1)
+      for (int p = ty; p < nb; p += ny)
+        acc += __ldcg(a.partials + (int64_t)p * a.N + col);
+    red[ty * 32 + tx] = acc;
+    __syncthreads();
+    if (ty == 0 && col < c1) {
+      float sum = 0.f;
+      for (int y = 0; y < ny; y++)
+        sum += red[y * 32 + tx];
+      store_dw<T>(a.dw, a.dw_f32, col, sum);
+    }
+    __syncthreads();
+  }
+}
+
+/* Backward holds x and dy (a pack each) and the dW accumulator (VEC floats) per item; the
+ * weight is re-read per row from L1 rather than held, to leave room for wider rows. */
+constexpr BlockLimits BWD_LIMITS{{1024, 512, 512, 256}};
+
+template <typename T, int VEC, int ITEMS, bool WARP_ROWS>
+__global__ void __launch_bounds__(WARP_ROWS ? WARP_ROWS_BLOCK : BWD_LIMITS(ITEMS)) rms_bwd(BwdArgs a)
+{
+  const int G = WARP_ROWS ? a.group : blockDim.x;
+  const int R = blockDim.x / G, grp = threadIdx.x / G, lane = threadIdx.x % G;
+  const int nvec = a.N / VEC;
+  const float inv_n = 1.f / (float)a.N;
+  const bool dw_wanted = a.partials || a.accum;
+  extern __shared__ float dyn[];
+  __shared__ float red[2][32];
+  int parity = 0;
+  float dwacc[ITEMS][VEC];
+
+#pragma unroll
+  for (int i = 0; i < ITEMS; i++)
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      dwacc[i][j] = 0.f;
+
+  int64_t begin, end, step;
+  if (a.chunk > 0) {
+    begin = (int64_t)blockIdx.x * a.chunk;
+    end = min(a.M, begin + a.chunk);
+    step = R;
+  } else {
+    begin = (int64_t)blockIdx.x * R;
+    end = a.M;
+    step = (int64_t)gridDim.x * R;
+  }
+  /* Uniform trip count across the CTA: idle groups still join shuffles and barriers. */
+  for (int64_t base = begin; base < end; base += step) {
+    const int64_t row = base + grp;
+    const bool active = row < end;
+    Pack<T, VEC> xv[ITEMS], gv[ITEMS];
+    float r = 0.f, s = 0.f;
+    if (active) {
+      r = a.rstd[row];
+#pragma unroll
+      for (int i = 0; i < ITEMS; i++) {
+        const int v = lane + i * G;
+        if (v < nvec) {
+          xv[i] = load<T, VEC>(a.x, row, a.sx, v);
+          gv[i] = load<T, VEC>(a.dy, row, a.sdy, v);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < ITEMS; i++) {
+        const int v = lane + i * G;
+        if (v < nvec) {
+          float W[VEC];
+          load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
+#pragma unroll
+          for (int j = 0; j < VEC; j++)
+            s += to_f(gv[i].v[j]) * W[j] * to_f(xv[i].v[j]);
+        }
+      }
+      s *= r;
+    }
+    s = WARP_ROWS ? group_sum(s, G) : block_sum(s, red, parity);
+    if (active) {
+      const float c = s * inv_n;
+#pragma unroll
+      for (int i = 0; i < ITEMS; i++) {
+        const int v = lane + i * G;
+        if (v < nvec) {
+          Pack<T, VEC> o, dr;
+          float W[VEC];
+          load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
+          if (a.dres)
+            dr = load<T, VEC>(a.dres, row, a.sdres, v);
+#pragma unroll
+          for (int j = 0; j < VEC; j++) {
+            const float dy = to_f(gv[i].v[j]), xh = to_f(xv[i].v[j]) * r;
+            float dx = r * (dy * W[j] - xh * c);
+            if (a.dres)
+              dx += to_f(dr.v[j]);
+            o.v[j] = from_f<T>(dx);
+            dwacc[i][j] += dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
+          }
+          store<T, VEC>(a.dx, row, a.sdx, v, o);
+        }
+      }
+    }
+  }
+  if (!dw_wanted)
+    return;
+
+  /* This CTA's dW row: with several groups per CTA, summed through shared memory group by
+   * group (fixed order); with one group, each thread owns distinct columns. */
+  float *out = a.partials ? a.partials + (int64_t)blockIdx.x * a.N : a.accum;
+  if (WARP_ROWS) {
+    for (int g = 0; g < R; g++) {
+      if (grp == g)
+#pragma unroll
+        for (int i = 0; i < ITEMS; i++) {
+          const int v = lane + i * G;
+          if (v < nvec)
+#pragma unroll
+            for (int j = 0; j < VEC; j++)
+              dyn[v * VEC + j] = (g ? dyn[v * VEC + j] : 0.f) + dwacc[i][j];
+        }
+      __syncthreads();
+    }
+    for (int col = threadIdx.x; col < a.N; col += blockDim.x) {
+      if (a.partials)
+        out[col] = dyn[col];
+      else
+        atomicAdd(out + col, dyn[col]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++) {
+      const int v = lane + i * G;
+      if (v < nvec)
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+          if (a.partials)
+            out[v * VEC + j] = dwacc[i][j];
+          else
+            atomicAdd(out + v * VEC + j, dwacc[i][j]);
+        }
+    }
+  }
+  if (a.fused) {
+    __threadfence();
+    grid_barrier(a.sync);
+    reduce_slice<T>(a, dyn);
+  }
+}
+
+/* Rows wider than registers hold: two passes over the row; dW accumulates in this CTA's
+ * own partial row in global memory (each column always touched by the same thread). */
+template <typename T, int VEC>
+__global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
+{
+  const int nvec = a.N / VEC;
+  const float inv_n = 1.f / (float)a.N;
+  __shared__ float red[2][32];
+  extern __shared__ float dyn[];
+  int parity = 0;
+  float *out = a.partials ? a.partials + (int64_t)blockIdx.x * a.N : NULL;
+  if (out)
+    for (int col = threadIdx.x; col < a.N; col += blockDim.x)
+      out[col] = 0.f;
+  int64_t begin = a.chunk > 0 ? (int64_t)blockIdx.x * a.chunk : blockIdx.x;
+  int64_t end = a.chunk > 0 ? min(a.M, begin + a.chunk) : a.M;
+  int64_t step = a.chunk > 0 ? 1 : gridDim.x;
+  for (int64_t row = begin; row < end; row += step) {
+    const float r = a.rstd[row];
+    float s = 0.f;
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+      Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v), gv = load<T, VEC>(a.dy, row, a.sdy, v);
+#pragma unroll
+      for (int j = 0; j < VEC; j++)
+        s += to_f(gv.v[j]) * weight_at<T>(a.w, a.wf32, a.offset, v * VEC + j) * to_f(xv.v[j]);
+    }
+    s = block_sum(s * r, red, parity);
+    const float c = s * inv_n;
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+      Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v), gv = load<T, VEC>(a.dy, row, a.sdy, v), o, dr;
+      if (a.dres)
+        dr = load<T, VEC>(a.dres, row, a.sdres, v);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) {
+        const int col = v * VEC + j;
+        const float dy = to_f(gv.v[j]), xh = to_f(xv.v[j]) * r;
+        float dx = r * (dy * weight_at<T>(a.w, a.wf32, a.offset, col) - xh * c);
+        if (a.dres)
+          dx += to_f(dr.v[j]);
+        o.v[j] = from_f<T>(dx);
+        const float contrib = dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
+        if (out)
+          out[col] += contrib;
+        else if (a.accum)
+          atomicAdd(a.accum + col, contrib);
+      }
+      store<T, VEC>(a.dx, row, a.sdx, v, o);
+    }
+  }
+  if (a.fused) {
+    __threadfence();
+    grid_barrier(a.sync);
+    reduce_slice<T>(a, dyn);
+  }
+}
+
+/* dW[col] = sum over rows p of P[p][col], in row order within each of 16 row lanes, then
+ * lane order: deterministic. 32 columns per CTA, 16 lanes of rows. */
+template <typename TW>
+__global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, int N, TW *dw)
+{
+  __shared__ float red[16][33];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int col = blockIdx.x * 32 + tx;
+  float acc = 0.f;
+  if (col < N) {
+    int64_t p = ty;
+    for (; p + 48 < rows; p += 64) {
+      const float a0 = P[p * N + col], a1 = P[(p + 16) * N + col];
+      const float a2 = P[(p + 32) * N + col], a3 = P[(p + 48) * N + col];
+      acc += a0;
+      acc += a1;
+      acc += a2;
+      acc += a3;
+    }
+    for (; p < rows; p += 16)
+      acc += P[p * N + col];
+  }
+  red[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && col < N) {
+    float s = 0.f;
+    for (int y = 0; y < 16; y++)
+      s += red[y][tx];
+    dw[col] = from_f<TW>(s);
+  }
+}
+
+template <typename TW>
+__global__ void dw_convert(const float *acc, int N, TW *dw)
+{
+  for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < N; col += gridDim.x * blockDim.x)
+    dw[col] = from_f<TW>(acc[col]);
+}
+
+enum Mapping { ROW, BLOCKROW, PARTIALS, PERSISTENT };
+
+/* Everything a launch and its workspace query must agree on. */
+struct Plan {
+  RowCfg c;
+  const void *kernel;
+  size_t smem;
+  int64_t chunk;
+  bool fused;
+  int64_t partial_rows;  /* rows of the fp32 partials/temp buffer (0: none) */
+  bool accum_in_ws;      /* atomic reduction into an fp32 accumulator in the workspace */
+};
+
+template <typename T, int VEC>
+const void *kernel_for(const RowCfg &c)
+{
+  if (c.items == 0)
+    return (const void *)rms_bwd_loop<T, VEC>;
+  const void *kp = NULL;
+  with_items(c.items, [&](auto I) {
+    kp = c.warp_rows ? (const void *)rms_bwd<T, VEC, decltype(I)::value, true>
+                     : (const void *)rms_bwd<T, VEC, decltype(I)::value, false>;
+    return 0;
+  });
+  return kp;
+}
+
+template <typename T>
+int make_plan(const nlk_norm *k, Mapping m, Plan *p)
+{
+  const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
+  p->c = row_cfg(k, sizeof(T), m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : ANY_ROWS, BWD_LIMITS);
+  if (m == BLOCKROW && !p->c.warp_rows)
+    return NLK_ERR_UNSUPPORTED;
+  p->kernel = p->c.vec == 1 ? kernel_for<T, 1>(p->c) : kernel_for<T, 16 / sizeof(T)>(p->c);
+  p->smem = p->c.warp_rows ? (size_t)k->N * sizeof(float) : 0;
+  p->chunk = 0;
+  p->fused = false;
+  const int64_t per_cta = p->c.items ? rows_per_cta(p->c) : 1;
+  const int64_t groups = (k->M + per_cta - 1) / per_cta;
+  int64_t grid = groups;
+  if (m == PARTIALS) {
+    grid = k->sm_count < groups ? k->sm_count : groups;
+    p->chunk = (k->M + grid - 1) / grid;
+    grid = (k->M + p->chunk - 1) / p->chunk;
+  } else if (m == PERSISTENT) {
+    int occ = occupancy(p->kernel, p->c.block, p->smem);
+    p->fused = dw && !atomic && k->fused_reduce;
+    int per_sm = k->ctas_per_sm > 0 ? k->ctas_per_sm : occ;
+    if (p->fused && per_sm > occ)
+      per_sm = occ; /* a cooperative launch needs every CTA resident */
+    grid = (int64_t)k->sm_count * per_sm;
+    if (grid > groups)
+      grid = groups;
+    if (p->fused)
+      p->smem = p->smem > (size_t)p->c.block * sizeof(float) ? p->smem : (size_t)p->c.block * sizeof(float);
+  }
+  p->c.grid = grid;
+  p->partial_rows = dw && !atomic ? grid : 0;
+  p->accum_in_ws = dw && atomic && k->wdt != NLK_F32;
+  return NLK_OK;
+}
+
+template <typename T>
+size_t workspace_t(const nlk_norm *k, Mapping m)
+{
+  Plan p;
+  if (make_plan<T>(k, m, &p) != NLK_OK)
+    return 0;
+  return (size_t)(p.partial_rows + (p.accum_in_ws ? 1 : 0)) * (size_t)k->N * sizeof(float);
+}
+
+template <typename T>
+int launch_t(nlk_norm *k, Mapping m)
+{
+  Plan p;
+  cudaStream_t s = (cudaStream_t)k->stream;
+  int rc = make_plan<T>(k, m, &p);
+  if (rc != NLK_OK)
+    return rc;
+  const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
+  float *ws = (float *)k->ws;
+  BwdArgs a = {k->x, k->dy, k->dres, k->w, k->dx, k->dw, k->rstd,
+               p.partial_rows ? ws : NULL, NULL, (unsigned int *)k->sync,
+               k->sx, k->sdy, k->sdres, k->sdx, k->M, p.chunk,
+               (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.fused, k->wdt == NLK_F32,
+               k->offset};
+  if (dw && atomic) {
+    a.accum = p.accum_in_ws ? ws : (float *)k->dw;
+    rc = cuda_result(k, cudaMemsetAsync(a.accum, 0, (size_t)k->N * sizeof(float), s));
+    if (rc != NLK_OK)
+      return rc;
+  }
+  k->grid = (int32_t)p.c.grid;
+  k->block = p.c.block;
+  if (p.fused) {
+    void *args[] = {&a};
+    rc = cuda_result(k, cudaLaunchCooperativeKernel(p.kernel, dim3((unsigned)p.c.grid),
+                                                    dim3(p.c.block), args, p.smem, s));
+  } else {
+    void *args[] = {&a};
+    rc = cuda_result(k, cudaLaunchKernel(p.kernel, dim3((unsigned)p.c.grid), dim3(p.c.block),
+                                         args, p.smem, s));
+  }
+  if (rc != NLK_OK || !dw)
+    return rc;
+  if (p.partial_rows && !p.fused) {
+    dim3 grid((unsigned)((k->N + 31) / 32));
+    if (k->wdt == NLK_F32)
+      dw_reduce<float><<<grid, 512, 0, s>>>(ws, p.partial_rows, (int)k->N, (float *)k->dw);
+    else
+      dw_reduce<T><<<grid, 512, 0, s>>>(ws, p.partial_rows, (int)k->N, (T *)k->dw);
+    rc = cuda_result(k, cudaGetLastError());
+  } else if (p.accum_in_ws) {
+    dw_convert<T><<<(unsigned)((k->N + 255) / 256), 256, 0, s>>>(ws, (int)k->N, (T *)k->dw);
+    rc = cuda_result(k, cudaGetLastError());
+  }
+  return rc;
+}
+
+int launch(nlk_norm *k, Mapping m)
+{
+  return with_dtype(k->dt, [&](auto t) { return launch_t<decltype(t)>(k, m); });
+}
+
+size_t workspace(const nlk_norm *k, Mapping m)
+{
+  size_t bytes = 0;
+  with_dtype(k->dt, [&](auto t) {
+    bytes = workspace_t<decltype(t)>(k, m);
+    return 0;
+  });
+  return bytes;
+}
+
+} // namespace
+} // namespace nlk
+
+extern "C" {
+int nlk_cuda_rms_bwd_row(nlk_norm *k) { return nlk::launch(k, nlk::ROW); }
+int nlk_cuda_rms_bwd_blockrow(nlk_norm *k) { return nlk::launch(k, nlk::BLOCKROW); }
+int nlk_cuda_rms_bwd_partials(nlk_norm *k) { return nlk::launch(k, nlk::PARTIALS); }
+int nlk_cuda_rms_bwd_persistent(nlk_norm *k) { return nlk::launch(k, nlk::PERSISTENT); }
+size_t nlk_cuda_rms_bwd_row_ws(const nlk_norm *k) { return nlk::workspace(k, nlk::ROW); }
+size_t nlk_cuda_rms_bwd_blockrow_ws(const nlk_norm *k) { return nlk::workspace(k, nlk::BLOCKROW); }
+size_t nlk_cuda_rms_bwd_partials_ws(const nlk_norm *k) { return nlk::workspace(k, nlk::PARTIALS); }
+size_t nlk_cuda_rms_bwd_persistent_ws(const nlk_norm *k) { return nlk::workspace(k, nlk::PERSISTENT); }
+}
