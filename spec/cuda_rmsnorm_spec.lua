@@ -1,0 +1,356 @@
+-- The CUDA RMSNorm and add_rmsnorm kernels against the fp64 reference on the CPU.
+--
+-- Every output buffer is filled with NaN before each launch, so an element a kernel forgets
+-- to write fails the comparison. The reference runs on CPU copies of the same inputs, and
+-- the backward pass of both sides reads the same saved rstd (the reference's). Tolerances
+-- come from nl.tolerance; dW's grows with sqrt(M). Runs only where a GPU is present (#cuda).
+local nl = require("normlab")
+local helper = require("spec.helper")
+
+local cuda = helper.cuda
+local cpu = nl.device("cpu")
+local it_cuda = cuda and it or pending
+local NaN = 0 / 0
+
+local FWD = {"row", "blockrow", "persistent", "auto"}
+local BWD = {"row", "blockrow", "partials", "persistent", "auto"}
+local MS = {1, 7, 37, 199, 4099}
+local NS = {1, 7, 64, 111, 512, 1023, 1025, 4096, 8191, 16384, 65536}
+-- The shape grid is every (M, N) above up to this many elements: enough to reach every
+-- code path (each register layout, the looping kernels, tails of every kind) while the fp64
+-- reference stays quick.
+local MAX_ELEMS = 1 << 23
+
+local function with_settings(settings, fn)
+  local saved = {}
+  for k, v in pairs(settings) do
+    saved[k] = nl.get(k)
+    nl.set(k, v)
+  end
+  local ok, err = pcall(fn)
+  for k, v in pairs(saved) do
+    nl.set(k, v)
+  end
+  if not ok then
+    error(err, 0)
+  end
+end
+
+local function free(...)
+  for i = 1, select("#", ...) do
+    local b = select(i, ...)
+    if b then
+      b:free()
+    end
+  end
+end
+
+local function poisoned(shape, dtype)
+  return cuda:full(shape, NaN, dtype)
+end
+
+-- One problem: inputs on the CPU and their copies on the GPU.
+local function problem(M, N, dtype, o)
+  o = o or {}
+  local seed = 1000 * M + N
+  local p = {M = M, N = N, dtype = dtype, seed = seed, cast = o.cast or "llama",
+    offset = o.offset or 0, add = o.add}
+  local wdt = o.weight == "x" and dtype or o.weight == "none" and nil or "fp32"
+  local stride = o.stride and N + o.stride or nil
+  p.x = cpu:randn({M, N}, dtype, {seed = seed})
+  p.dy = cpu:randn({M, N}, dtype, {seed = seed + 1})
+  if wdt then
+    p.w = cpu:randn({N}, wdt, {seed = seed + 2, mean = 1, std = 0.25})
+  end
+  if o.add then
+    p.res = cpu:randn({M, N}, dtype, {seed = seed + 3})
+    p.dres = cpu:randn({M, N}, dtype, {seed = seed + 4})
+  end
+  p.gx = cuda:empty({M, N}, dtype, {stride = stride})
+  p.gx:copy_(p.x)
+  p.gdy = cuda:empty({M, N}, dtype, {stride = stride})
+  p.gdy:copy_(p.dy)
+  p.gw = p.w and p.w:to(cuda)
+  p.gres = p.res and p.res:to(cuda)
+  p.gdres = p.dres and p.dres:to(cuda)
+  return p
+end
+
+local function release(p)
+  free(p.x, p.dy, p.w, p.res, p.dres, p.gx, p.gdy, p.gw, p.gres, p.gdres, p.ry, p.rr, p.rh,
+    p.rdx, p.rdw, p.grstd, p.gh)
+end
+
+local function fwd_opts(p, variant, extra)
+  local o = {variant = variant, cast = p.cast, offset = p.offset, eps = 1e-6}
+  for k, v in pairs(extra or {}) do
+    o[k] = v
+  end
+  return o
+end
+
+-- The reference forward and backward, computed once per problem. For add_rmsnorm the
+-- backward's input is the forward's residual_out h.
+local function reference(p)
+  if p.add then
+    p.ry, p.rh, p.rr = nl.add_rmsnorm(p.x, p.res, p.w, fwd_opts(p, "ref"))
+    p.rdx, p.rdw = nl.add_rmsnorm_bwd(p.dy, p.rh, p.w, p.rr,
+      {variant = "ref", cast = p.cast, offset = p.offset, dres = p.dres})
+    p.gh = p.rh:to(cuda)
+  else
+    p.ry, p.rr = nl.rmsnorm(p.x, p.w, fwd_opts(p, "ref"))
+    p.rdx, p.rdw = nl.rmsnorm_bwd(p.dy, p.x, p.w, p.rr,
+      {variant = "ref", cast = p.cast, offset = p.offset})
+  end
+  p.grstd = p.rr:to(cuda)
+end
+
+local function label(p, variant, pass)
+  return string.format("%s.%s.%s M=%d N=%d %s w=%s cast=%s offset=%g", p.add and "add_rmsnorm"
+    or "rmsnorm", pass, variant, p.M, p.N, p.dtype, p.w and p.w.dtype or "none", p.cast, p.offset)
+end
+
+local function fwd_args(p)
+  local args = {x = p.gx, w = p.gw, eps = 1e-6, cast = p.cast, offset = p.offset}
+  if p.add then
+    args.residual = p.gres
+  end
+  return args
+end
+
+-- Runs a forward variant into poisoned outputs and compares. false, reason when the
+-- variant does not take this shape.
+local function check_fwd(p, variant)
+  local op = p.add and "add_rmsnorm" or "rmsnorm"
+  local ok, why = nl.supports(op .. ".fwd." .. variant, fwd_args(p))
+  if not ok then
+    return false, why
+  end
+  local y, rstd = poisoned({p.M, p.N}, p.dtype), poisoned({p.M}, "fp32")
+  local what = label(p, variant, "fwd")
+  if p.add then
+    local h = poisoned({p.M, p.N}, p.dtype)
+    nl.add_rmsnorm(p.gx, p.gres, p.gw, fwd_opts(p, variant, {out = y, rstd = rstd, residual_out = h}))
+    assert.allclose(h, p.rh, {output = "residual_out", seed = what})
+    h:free()
+  else
+    nl.rmsnorm(p.gx, p.gw, fwd_opts(p, variant, {out = y, rstd = rstd}))
+  end
+  assert.allclose(y, p.ry, {output = "y", seed = what})
+  assert.allclose(rstd, p.rr, {output = "rstd", dtype = p.dtype, seed = what})
+  free(y, rstd)
+  return true
+end
+
+local function check_bwd(p, variant, o)
+  o = o or {}
+  local op = p.add and "add_rmsnorm" or "rmsnorm"
+  local x = p.add and p.gh or p.gx
+  local what = label(p, variant, "bwd") .. (o.reduce and (" reduce=" .. o.reduce) or "")
+    .. (o.inplace and " inplace" or "")
+  local dy = o.inplace and p.gdy:to(cuda) or p.gdy
+  local dx = o.inplace and dy or poisoned({p.M, p.N}, p.dtype)
+  local dw = p.w and poisoned({p.N}, p.w.dtype) or nil
+  local ok, why = nl.supports(op .. ".bwd." .. variant, {dy = dy, x = x, w = p.gw,
+    rstd = p.grstd, dres = p.gdres, dx = dx, dw = dw, cast = p.cast, offset = p.offset,
+    reduce = o.reduce})
+  if not ok then
+    free(dx, dw)
+    return false, why
+  end
+  if o.inplace then
+    dx = nil
+  end
+  local opts = {variant = variant, cast = p.cast, offset = p.offset, reduce = o.reduce,
+    dx = dx, dw = dw, inplace = o.inplace}
+  local rdx, rdw
+  if p.add then
+    opts.dres = p.gdres
+    rdx, rdw = nl.add_rmsnorm_bwd(dy, x, p.gw, p.grstd, opts)
+  else
+    rdx, rdw = nl.rmsnorm_bwd(dy, x, p.gw, p.grstd, opts)
+  end
+  if o.inplace then
+    assert.are.equal(dy, rdx)
+  end
+  assert.allclose(rdx, p.rdx, {output = "dx", seed = what})
+  if p.w then
+    assert.allclose(rdw, p.rdw, {output = "dw", dtype = p.dtype, M = p.M, seed = what})
+  end
+  free(rdx, rdw)
+  return true
+end
+
+local function shapes()
+  local list = {}
+  for _, M in ipairs(MS) do
+    for _, N in ipairs(NS) do
+      if M * N <= MAX_ELEMS then
+        list[#list + 1] = {M, N}
+      end
+    end
+  end
+  return list
+end
+
+describe("CUDA rmsnorm #cuda", function()
+  for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
+    it_cuda("every variant, forward and backward, on the shape grid in " .. dtype, function()
+      local skipped = 0
+      for _, s in ipairs(shapes()) do
+        local p = problem(s[1], s[2], dtype)
+        reference(p)
+        for _, v in ipairs(FWD) do
+          if not check_fwd(p, v) then
+            skipped = skipped + 1
+          end
+        end
+        for _, v in ipairs(BWD) do
+          if not check_bwd(p, v) then
+            skipped = skipped + 1
+          end
+        end
+        release(p)
+      end
+      -- blockrow refuses the wide rows only: N > 2048 (bf16/fp16) or 1024 (fp32) with
+      -- 16-byte packs, and odd N > 256.
+      assert.is_true(skipped > 0)
+    end)
+  end
+
+  it_cuda("weights, casting modes and offset on every variant", function()
+    for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
+      for _, s in ipairs({{37, 1025}, {199, 4096}, {7, 65536}, {4099, 512}}) do
+        for _, weight in ipairs({"fp32", "x", "none"}) do
+          for _, cast in ipairs({"llama", "gemma", "none"}) do
+            local offset = weight ~= "none" and cast == "gemma" and 1 or 0
+            local p = problem(s[1], s[2], dtype, {weight = weight, cast = cast, offset = offset})
+            reference(p)
+            for _, v in ipairs(FWD) do
+              check_fwd(p, v)
+            end
+            for _, v in ipairs(BWD) do
+              check_bwd(p, v)
+            end
+            release(p)
+          end
+        end
+      end
+    end
+  end)
+
+  it_cuda("add_rmsnorm forward and backward, with the residual gradient", function()
+    for _, dtype in ipairs({"bf16", "fp32"}) do
+      for _, s in ipairs({{1, 7}, {37, 1023}, {199, 4096}, {7, 65536}, {4099, 512}}) do
+        for _, weight in ipairs({"x", "none"}) do
+          local p = problem(s[1], s[2], dtype, {weight = weight, add = true})
+          reference(p)
+          for _, v in ipairs(FWD) do
+            check_fwd(p, v)
+          end
+          for _, v in ipairs(BWD) do
+            check_bwd(p, v)
+          end
+          release(p)
+        end
+      end
+    end
+  end)
+
+  it_cuda("add_rmsnorm in place: residual_out over residual", function()
+    local p = problem(199, 4096, "bf16", {add = true})
+    reference(p)
+    for _, v in ipairs(FWD) do
+      local res, y = p.gres:to(cuda), poisoned({p.M, p.N}, p.dtype)
+      local y2, h = nl.add_rmsnorm(p.gx, res, p.gw, {variant = v, inplace = true, out = y})
+      assert.are.equal(res, h)
+      assert.allclose(h, p.rh, {output = "residual_out", seed = v})
+      assert.allclose(y2, p.ry, {output = "y", seed = v})
+      free(res, y)
+    end
+    release(p)
+  end)
+
+  it_cuda("in-place backward, fp32-atomic reductions, reduce kernel instead of the fused one",
+    function()
+      for _, s in ipairs({{199, 1024}, {4099, 4096}, {37, 65536}}) do
+        local p = problem(s[1], s[2], "bf16")
+        reference(p)
+        for _, v in ipairs(BWD) do
+          check_bwd(p, v, {inplace = true})
+          check_bwd(p, v, {reduce = "atomic"})
+        end
+        with_settings({["rmsnorm.bwd.fused_reduce"] = 0}, function()
+          check_bwd(p, "persistent")
+        end)
+        release(p)
+      end
+    end)
+
+  it_cuda("every register layout and CTA size the settings can ask for", function()
+    for _, s in ipairs({{199, 1024}, {37, 4096}, {7, 16384}}) do
+      local p = problem(s[1], s[2], "bf16")
+      reference(p)
+      for _, items in ipairs({1, 2, 4, 8}) do
+        for _, block in ipairs({32, 128, 1024}) do
+          with_settings({["rmsnorm.fwd.items"] = items, ["rmsnorm.bwd.items"] = items,
+            ["rmsnorm.fwd.block"] = block, ["rmsnorm.bwd.block"] = block,
+            ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2}, function()
+            for _, v in ipairs(FWD) do
+              check_fwd(p, v)
+            end
+            for _, v in ipairs(BWD) do
+              check_bwd(p, v)
+            end
+          end)
+        end
+      end
+      release(p)
+    end
+  end)
+
+  it_cuda("row strides wider than the row, with and without 16-byte alignment", function()
+    for _, pad in ipairs({8, 3}) do
+      local p = problem(37, 1024, "bf16", {stride = pad})
+      reference(p)
+      for _, v in ipairs(FWD) do
+        check_fwd(p, v)
+      end
+      for _, v in ipairs(BWD) do
+        check_bwd(p, v)
+      end
+      release(p)
+    end
+  end)
+
+  it_cuda("NaN and Inf inputs flow through to NaN rows", function()
+    local x = cuda:randn({4, 256}, "bf16", {seed = 5})
+    x:set(2, 3, 1 / 0)
+    x:set(3, 7, NaN)
+    for _, v in ipairs(FWD) do
+      local y, rstd = nl.rmsnorm(x, nil, {variant = v})
+      local vals = rstd:totable()
+      assert.is_true(vals[1] == vals[1] and vals[4] == vals[4])
+      assert.is_true(vals[3] ~= vals[3])
+      assert.is_true(y:get(3, 1) ~= y:get(3, 1))
+      free(y, rstd)
+    end
+    x:free()
+  end)
+
+  it_cuda("bad input on the GPU: the same clear errors as on the CPU", function()
+    local x = cuda:randn({8, 64}, "bf16", {seed = 1})
+    local wc = cpu:randn({64}, "fp32", {seed = 2})
+    local ok, err = pcall(nl.rmsnorm, x, wc, {variant = "persistent"})
+    assert.is_false(ok)
+    assert.matches("argument 'w' is on cpu but x is on cuda:0", err, 1, true)
+    ok, err = pcall(cuda.empty, cuda, {4, 4}, "fp64")
+    assert.is_false(ok)
+    assert.matches("fp64 buffers live on the CPU only", err, 1, true)
+    local wide = cuda:randn({2, 4096}, "bf16", {seed = 3})
+    ok, err = nl.supports("rmsnorm.fwd.blockrow", {x = wide, y = wide:to(cuda), eps = 1e-6})
+    assert.is_false(ok)
+    assert.matches("too wide for a warp per row", err, 1, true)
+    free(x, wc, wide)
+  end)
+end)

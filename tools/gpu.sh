@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build, CUDA specs, sanitizers, benchmarks; logs under $OUT.
+#   tools/gpu.sh [steps...]     steps: build spec sanitize bench anchors (default: build spec bench)
+# Run from the repository root after `. .gpu/env.sh` (see ../shared/gpu/README.md). Each step
+# writes $OUT/<step>.log; the benchmark tables also go to $OUT/*.md and *.json.
+set -uo pipefail
+OUT=${OUT:-/tmp/normlab-out}
+mkdir -p "$OUT"
+BUILD=${NORMLAB_BUILD:-build-gpu}
+export NORMLAB_BUILD=$BUILD
+steps=${*:-build spec bench}
+status=0
+# Each step is bounded (STEP_TIMEOUT seconds) so that a hung kernel cannot eat the lease.
+run() {
+  local name=$1; shift
+  echo "== $name: $*"
+  timeout "${STEP_TIMEOUT:-300}" "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || { echo "== $name failed ($rc)"; status=1; }
+  return "$rc"
+}
+for step in $steps; do
+  case $step in
+    build)
+      nvidia-smi -L
+      run cmake cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CUDA_ARCHITECTURES="${NL_CUDA_ARCHS:-90}" >/dev/null &&
+      run build cmake --build "$BUILD" -j "$(nproc)" ;;
+    spec)
+      run spec busted -o utfTerminal spec ;;
+    spec-ffi)
+      run spec-ffi busted --lua=luajit -o utfTerminal spec ;;
+    sanitize)
+      # memcheck and racecheck over a representative subset of the CUDA kernels
+      for tool in memcheck racecheck; do
+        run "$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/normlab" tools/sanitize_subset.lua
+      done ;;
+    bench)
+      run bwd "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --markdown "$OUT/bwd.md" --json "$OUT/bwd.json"
+      run bwd_large "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --M 32768 --N 4096,8192 --dtypes bf16 --markdown "$OUT/bwd_large.md"
+      run fwd "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --markdown "$OUT/fwd.md" --json "$OUT/fwd.json" ;;
+    anchors)
+      run anchors python3 .gpu/anchors.py ;;
+    *) echo "unknown step $step"; status=1 ;;
+  esac
+done
+exit $status
