@@ -38,12 +38,14 @@ static nl_status blockrow_supports(const nl_ctx *ctx, const nlk_norm *k, char *w
 static void tune_fwd(const nl_ctx *ctx, nlk_norm *k)
 {
   k->items = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_ITEMS);
+  k->block_pref = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_BLOCK);
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_CTAS_PER_SM);
 }
 
 static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
 {
   k->items = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_ITEMS);
+  k->block_pref = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_BLOCK);
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_CTAS_PER_SM);
   k->fused_reduce = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_FUSED_REDUCE);
 }

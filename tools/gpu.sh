@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, CUDA specs, sanitizers, benchmarks; logs under $OUT.
-#   tools/gpu.sh [steps...]     steps: build spec sanitize bench anchors (default: build spec bench)
+#   tools/gpu.sh [steps...]     steps: build spec spec-ffi sanitize bench tune anchors
+#                               (default: build spec bench)
 # Run from the repository root after `. .gpu/env.sh` (see ../shared/gpu/README.md). Each step
 # writes $OUT/<step>.log; the benchmark tables also go to $OUT/*.md and *.json.
 set -uo pipefail
@@ -27,7 +28,7 @@ for step in $steps; do
         -DCMAKE_CUDA_ARCHITECTURES="${NL_CUDA_ARCHS:-90}" >/dev/null &&
       run build cmake --build "$BUILD" -j "$(nproc)" ;;
     spec)
-      run spec busted -o utfTerminal spec ;;
+      run spec busted -o utfTerminal ${SPECS:-spec} ;;
     spec-ffi)
       run spec-ffi busted --lua=luajit -o utfTerminal spec ;;
     sanitize)
@@ -39,6 +40,14 @@ for step in $steps; do
       run bwd "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --markdown "$OUT/bwd.md" --json "$OUT/bwd.json"
       run bwd_large "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --M 32768 --N 4096,8192 --dtypes bf16 --markdown "$OUT/bwd_large.md"
       run fwd "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --markdown "$OUT/fwd.md" --json "$OUT/fwd.json" ;;
+    tune)
+      # the settings sweeps behind the defaults in core/settings.c
+      run tune_bwd "$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check \
+        --op rmsnorm.bwd --variants persistent --M 4096,32768 --N 1024,4096,8192,16384 \
+        --set rmsnorm.bwd.items=1,2,4 --set rmsnorm.bwd.block=256,512,1024 --markdown "$OUT/tune_bwd.md"
+      run tune_fwd "$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check \
+        --op rmsnorm.fwd --variants row,persistent --M 4096,32768 --N 1024,4096,16384 \
+        --set rmsnorm.fwd.items=1,2,4 --set rmsnorm.fwd.block=256,1024 --markdown "$OUT/tune_fwd.md" ;;
     anchors)
       run anchors python3 .gpu/anchors.py ;;
     *) echo "unknown step $step"; status=1 ;;

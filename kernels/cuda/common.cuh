@@ -52,6 +52,17 @@ __device__ __forceinline__ void store(void *base, int64_t row, int64_t stride, i
   reinterpret_cast<Pack<T, VEC> *>(static_cast<T *>(base) + row * stride)[vec] = p;
 }
 
+/* The packs of one row that a thread of a G-thread group holds: v = lane + i*G. */
+template <typename T, int VEC, int ITEMS>
+__device__ __forceinline__ void load_row(const void *base, int64_t row, int64_t stride, int lane,
+                                         int G, int nvec, Pack<T, VEC> (&out)[ITEMS])
+{
+#pragma unroll
+  for (int i = 0; i < ITEMS; i++)
+    if (lane + i * G < nvec)
+      out[i] = load<T, VEC>(base, row, stride, lane + i * G);
+}
+
 /* Sum over aligned groups of `width` lanes (a power of two <= 32); every lane gets the sum. */
 __device__ __forceinline__ float group_sum(float v, int width)
 {
@@ -60,18 +71,23 @@ __device__ __forceinline__ float group_sum(float v, int width)
   return v;
 }
 
-/* Sum over the whole block, one __syncthreads: partial sums alternate between two slots, so
- * slot p is rewritten only after every warp has passed the barrier of the next call. Every
- * thread adds the warp sums in the same order, so all get the bit-identical result. */
-__device__ __forceinline__ float block_sum(float v, float (*red)[32], int &parity)
+/* Sum over a group of G threads (a power of two) that share a row; every thread of the
+ * group gets the same sum. G <= 32: shuffles only. Larger groups add their warps' sums
+ * through shared memory with one __syncthreads, so every thread of the CTA must call it
+ * the same number of times. Warp sums alternate between two slots, so slot p is
+ * rewritten only after every warp has passed the barrier of the next call; all threads of
+ * a group add the same slots in the same order and get bit-identical results. */
+__device__ __forceinline__ float group_reduce(float v, int G, float (*red)[32], int &parity)
 {
-  const int warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  if (G <= 32)
+    return group_sum(v, G);
+  const int warp = threadIdx.x >> 5, first = (threadIdx.x / G) * (G >> 5);
   v = group_sum(v, 32);
   if ((threadIdx.x & 31) == 0)
     red[parity][warp] = v;
   __syncthreads();
   v = 0.f;
-  for (int w = 0; w < nwarps; w++)
+  for (int w = first; w < first + (G >> 5); w++)
     v += red[parity][w];
   parity ^= 1;
   return v;
@@ -131,14 +147,13 @@ __device__ __forceinline__ void grid_barrier(unsigned int *sync)
   __syncthreads();
 }
 
-/* How a launch maps rows to threads. `group` threads share a row; a CTA holds
- * block / group rows at a time; each thread keeps `items` packs of `vec` elements. */
+/* How a launch maps rows to threads. `group` threads share a row; a CTA of `block` threads
+ * holds block / group rows at a time; each thread keeps `items` packs of `vec` elements. */
 struct RowCfg {
   int vec;
   int items;       /* 0: too wide for registers, the looping kernel runs */
   int group;
   int block;
-  bool warp_rows;  /* group <= 32: rows reduce with shuffles only */
   int64_t grid;
 };
 
@@ -164,12 +179,11 @@ __host__ inline int pick_vec(const nlk_norm *k, int elt)
   return vec;
 }
 
-enum { WARP_ROWS_BLOCK = 256, MAX_ITEMS = 8, LOOP_BLOCK = 512 };
+enum { BLOCKROW_BLOCK = 256, MAX_ITEMS = 8, LOOP_BLOCK = 512 };
 
 /* The largest block a kernel holding `items` packs per thread may run with: the register
  * budget is 64K per SM, so wider register arrays need smaller blocks. Kernels declare
- * __launch_bounds__(max_block) with the same table, or ptxas would cap them at 64 registers
- * and spill. */
+ * __launch_bounds__ from the same table, or ptxas would cap them at 64 registers and spill. */
 struct BlockLimits {
   int by_items[4]; /* items 1, 2, 4, 8 */
   __host__ __device__ constexpr int operator()(int items) const
@@ -178,14 +192,20 @@ struct BlockLimits {
   }
 };
 
-enum RowMode { ANY_ROWS, CTA_ROWS, WARP_ROWS };
+enum RowMode {
+  CTA_ROWS,   /* `row`: one row per CTA */
+  WARP_ROWS,  /* `blockrow`: a warp or less per row, BLOCKROW_BLOCK threads */
+  MANY_ROWS   /* persistent / partials: as many rows per CTA as the preferred block holds */
+};
 
-/* Threads per row and packs per thread: the fewest packs per thread from the target
- * `items` up that fit the block limits. CTA_ROWS forces one row per CTA (the `row`
- * strategies), WARP_ROWS a warp or less per row (`blockrow`). items == 0: the row is wider
- * than any register layout and the looping kernel runs (never for WARP_ROWS: the caller
- * reports the row as too wide). */
-__host__ inline RowCfg row_cfg(const nlk_norm *k, int elt, RowMode mode, BlockLimits limits)
+/* Threads per row and packs per thread: the fewest packs per thread, from the target
+ * k->items up, that fit the block limits. MANY_ROWS CTAs take `block_pref` threads (capped
+ * by the limits), fewer when their rows would need more than `max_row_smem` bytes of shared
+ * memory at N floats per row (the backward pass accumulates dW there). items == 0:
+ * the row is wider than any register layout allows; the looping kernel runs (for WARP_ROWS
+ * the caller reports the row as too wide). */
+__host__ inline RowCfg row_cfg(const nlk_norm *k, int elt, RowMode mode, BlockLimits limits,
+                               int block_pref, int64_t max_row_smem)
 {
   RowCfg c;
   int target = k->items < 1 ? 1 : k->items > MAX_ITEMS ? MAX_ITEMS : pow2ceil(k->items);
@@ -194,27 +214,31 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int elt, RowMode mode, BlockLi
   nvec = k->N / c.vec;
   c.grid = 0;
   for (int items = target; items <= MAX_ITEMS; items *= 2) {
-    int64_t group = pow2ceil((nvec + items - 1) / items);
+    int group = pow2ceil((nvec + items - 1) / items);
     c.items = items;
-    if (mode != CTA_ROWS && group <= 32) {
-      c.group = (int)group;
-      c.warp_rows = true;
-      c.block = WARP_ROWS_BLOCK;
+    c.group = group;
+    if (mode == WARP_ROWS) {
+      if (group > 32)
+        continue;
+      c.block = BLOCKROW_BLOCK;
       return c;
     }
-    if (mode == WARP_ROWS)
-      continue;
-    if (group < 32)
-      group = 32;
-    if (group <= limits(items)) {
-      c.group = (int)group;
-      c.warp_rows = false;
+    if (mode == CTA_ROWS) {
+      c.group = group < 32 ? 32 : group;
       c.block = c.group;
-      return c;
+    } else {
+      int pref = pow2ceil(block_pref < 32 ? 32 : block_pref);
+      int64_t rows = max_row_smem / (k->N * 4);
+      c.block = pref > limits(items) ? limits(items) : pref;
+      while (c.block > group && c.block / group > rows)
+        c.block >>= 1;
+      if (c.block < group)
+        c.block = group < 32 ? 32 : group;
     }
+    if (c.block <= limits(items))  /* a limit of 0: no kernel with this many packs */
+      return c;
   }
   c.items = 0;
-  c.warp_rows = false;
   c.group = c.block = LOOP_BLOCK;
   return c;
 }
@@ -250,6 +274,26 @@ __host__ inline int cuda_result(nlk_norm *k, cudaError_t e)
     return NLK_OK;
   k->cuda_error = (int)e;
   return NLK_ERR_CUDA;
+}
+
+/* Lets a kernel take more than the default 48 KB of dynamic shared memory (once per kernel
+ * and size; the attribute only ever grows). */
+__host__ inline cudaError_t allow_smem(const void *kernel, size_t bytes)
+{
+  struct entry { const void *kernel; size_t bytes; };
+  static entry memo[256];
+  static int used;
+  if (bytes <= 48 * 1024)
+    return cudaSuccess;
+  for (int i = 0; i < used; i++)
+    if (memo[i].kernel == kernel && memo[i].bytes >= bytes)
+      return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+  if (e != cudaSuccess)
+    cudaGetLastError();
+  else if (used < 256)
+    memo[used++] = entry{kernel, bytes};
+  return e;
 }
 
 /* Resident CTAs per SM of a kernel at a block size and dynamic shared memory. The answer is

@@ -6,13 +6,17 @@
  *   row        one CTA per row; each row's dW contribution goes to an M x N fp32 temp, then
  *              a column-reduce kernel (the old design: 8MN extra bytes of traffic);
  *   blockrow   256-thread CTAs of a warp (or less) per row; (CTAs x N) fp32 partials + reduce;
- *   partials   grid = SM count, each CTA a contiguous chunk of rows, dW in registers;
- *              (SMs x N) partials + reduce kernel;
- *   persistent grid = SMs x resident CTAs striding over rows, dW in registers;
- *              (grid x N) partials reduced either in the same kernel after a grid barrier
- *              (cooperative launch, co-residency guaranteed) or by the reduce kernel.
- * Every reduction sums partials in a fixed order, so results are bitwise reproducible;
- * the `atomic` reduction (fp32 atomicAdd into an accumulator) is not.
+ *   partials   grid = SM count, each CTA a contiguous chunk of rows; (SMs x N) partials +
+ *              reduce kernel;
+ *   persistent grid = SMs x resident CTAs of rmsnorm.bwd.block threads striding over rows;
+ *              (grid x N) partials reduced in the same kernel after a grid barrier
+ *              (cooperative launch: co-residency guaranteed; rmsnorm.bwd.fused_reduce) or by
+ *              the reduce kernel. Big CTAs and few of them keep the partials small at small M.
+ * The looping strategies (partials, persistent) issue the loads of a group's next row before
+ * working on the current one, so DRAM stays busy across the row's barrier, and keep the dW
+ * accumulators in shared memory (one row of N floats per group) to leave registers for that
+ * prefetch. Every reduction sums in a fixed order, so results are bitwise reproducible; the
+ * `atomic` reduction (fp32 atomicAdd into an accumulator) is not.
  * dx may overwrite dy in place: each thread reads its packs of a row before writing them.
  */
 #include "common.cuh"
@@ -32,6 +36,19 @@ struct BwdArgs {
   int N, group, wf32, cast, fused, dw_f32;
   float offset;
 };
+
+/* Where a kernel keeps dW: in registers (blockrow: one row per group, groups summed through
+ * shared memory at the end), or in shared memory, one row of N floats per group (row,
+ * partials, persistent), which leaves the registers to x and dy, and with the prefetch of
+ * the next row (partials, persistent). */
+enum Flavor { ACC_REGS, ACC_SMEM, ACC_SMEM_PREFETCH };
+
+/* The largest block per flavor and items, from ptxas's register counts for bf16 (the
+ * hungriest dtype) so that nothing spills. */
+constexpr BlockLimits BWD_LIMITS[3] = {{{1024, 512, 256, 128}}, {{1024, 512, 512, 256}},
+                                       {{512, 512, 256, 128}}};
+/* Shared memory for the dW accumulators: rows per CTA x N floats. */
+constexpr int64_t MAX_ACC_SMEM = 200 * 1024;
 
 template <typename T>
 __device__ __forceinline__ void store_dw(void *dw, int dw_f32, int col, float v)
@@ -68,28 +85,57 @@ __device__ void reduce_slice(const BwdArgs &a, float *red)
   }
 }
 
-/* Backward holds x and dy (a pack each) and the dW accumulator (VEC floats) per item; the
- * weight is re-read per row from L1 rather than held, to leave room for wider rows. */
-constexpr BlockLimits BWD_LIMITS{{1024, 512, 512, 256}};
-
-template <typename T, int VEC, int ITEMS, bool WARP_ROWS>
-__global__ void __launch_bounds__(WARP_ROWS ? WARP_ROWS_BLOCK : BWD_LIMITS(ITEMS)) rms_bwd(BwdArgs a)
+/* Adds VEC contributions to a dW accumulator row in shared memory, 16 bytes at a time when
+ * the pack allows (rows start at multiples of N floats, and VEC divides N). */
+template <int VEC>
+__device__ __forceinline__ void acc_add(float *acc, int v, const float (&c)[VEC])
 {
-  const int G = WARP_ROWS ? a.group : blockDim.x;
+  if (VEC % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < VEC / 4; q++) {
+      float4 *p = reinterpret_cast<float4 *>(acc + v * VEC) + q;
+      float4 t = *p;
+      t.x += c[4 * q];
+      t.y += c[4 * q + 1];
+      t.z += c[4 * q + 2];
+      t.w += c[4 * q + 3];
+      *p = t;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      acc[v * VEC + j] += c[j];
+  }
+}
+
+template <typename T, int VEC, int ITEMS, int FLAVOR>
+__global__ void __launch_bounds__(BWD_LIMITS[FLAVOR](ITEMS)) rms_bwd(BwdArgs a)
+{
+  constexpr bool PREFETCH = FLAVOR == ACC_SMEM_PREFETCH, SMEM = FLAVOR != ACC_REGS;
+  const int G = a.group;
   const int R = blockDim.x / G, grp = threadIdx.x / G, lane = threadIdx.x % G;
   const int nvec = a.N / VEC;
   const float inv_n = 1.f / (float)a.N;
   const bool dw_wanted = a.partials || a.accum;
-  extern __shared__ float dyn[];
+  extern __shared__ __align__(16) float dyn[];
   __shared__ float red[2][32];
   int parity = 0;
-  float dwacc[ITEMS][VEC];
+  float dwr[ITEMS][VEC]; /* ACC_REGS: dW in registers */
+  float *acc = dyn + (int64_t)grp * a.N;
 
+  if (SMEM) {
+    if (dw_wanted) {
+      for (int c = threadIdx.x; c < R * a.N; c += blockDim.x)
+        dyn[c] = 0.f;
+      __syncthreads();
+    }
+  } else {
 #pragma unroll
-  for (int i = 0; i < ITEMS; i++)
+    for (int i = 0; i < ITEMS; i++)
 #pragma unroll
-    for (int j = 0; j < VEC; j++)
-      dwacc[i][j] = 0.f;
+      for (int j = 0; j < VEC; j++)
+        dwr[i][j] = 0.f;
+  }
 
   int64_t begin, end, step;
   if (a.chunk > 0) {
@@ -101,22 +147,26 @@ __global__ void __launch_bounds__(WARP_ROWS ? WARP_ROWS_BLOCK : BWD_LIMITS(ITEMS
     end = a.M;
     step = (int64_t)gridDim.x * R;
   }
+  Pack<T, VEC> xv[ITEMS], gv[ITEMS];
+  float r = 0.f;
+  if (begin + grp < end) {
+    load_row<T, VEC, ITEMS>(a.x, begin + grp, a.sx, lane, G, nvec, xv);
+    load_row<T, VEC, ITEMS>(a.dy, begin + grp, a.sdy, lane, G, nvec, gv);
+    r = a.rstd[begin + grp];
+  }
   /* Uniform trip count across the CTA: idle groups still join shuffles and barriers. */
   for (int64_t base = begin; base < end; base += step) {
-    const int64_t row = base + grp;
+    const int64_t row = base + grp, next = row + step;
     const bool active = row < end;
-    Pack<T, VEC> xv[ITEMS], gv[ITEMS];
-    float r = 0.f, s = 0.f;
+    Pack<T, VEC> nx[ITEMS], ng[ITEMS];
+    float nr = 0.f;
+    if (PREFETCH && next < end) {
+      load_row<T, VEC, ITEMS>(a.x, next, a.sx, lane, G, nvec, nx);
+      load_row<T, VEC, ITEMS>(a.dy, next, a.sdy, lane, G, nvec, ng);
+      nr = a.rstd[next];
+    }
+    float s = 0.f;
     if (active) {
-      r = a.rstd[row];
-#pragma unroll
-      for (int i = 0; i < ITEMS; i++) {
-        const int v = lane + i * G;
-        if (v < nvec) {
-          xv[i] = load<T, VEC>(a.x, row, a.sx, v);
-          gv[i] = load<T, VEC>(a.dy, row, a.sdy, v);
-        }
-      }
 #pragma unroll
       for (int i = 0; i < ITEMS; i++) {
         const int v = lane + i * G;
@@ -130,7 +180,7 @@ __global__ void __launch_bounds__(WARP_ROWS ? WARP_ROWS_BLOCK : BWD_LIMITS(ITEMS
       }
       s *= r;
     }
-    s = WARP_ROWS ? group_sum(s, G) : block_sum(s, red, parity);
+    s = group_reduce(s, G, red, parity);
     if (active) {
       const float c = s * inv_n;
 #pragma unroll
@@ -138,7 +188,7 @@ __global__ void __launch_bounds__(WARP_ROWS ? WARP_ROWS_BLOCK : BWD_LIMITS(ITEMS
         const int v = lane + i * G;
         if (v < nvec) {
           Pack<T, VEC> o, dr;
-          float W[VEC];
+          float W[VEC], contrib[VEC];
           load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
           if (a.dres)
             dr = load<T, VEC>(a.dres, row, a.sdres, v);
@@ -149,20 +199,50 @@ __global__ void __launch_bounds__(WARP_ROWS ? WARP_ROWS_BLOCK : BWD_LIMITS(ITEMS
             if (a.dres)
               dx += to_f(dr.v[j]);
             o.v[j] = from_f<T>(dx);
-            dwacc[i][j] += dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
+            contrib[j] = dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
           }
           store<T, VEC>(a.dx, row, a.sdx, v, o);
+          if (SMEM) {
+            if (dw_wanted)
+              acc_add<VEC>(acc, v, contrib);
+          } else {
+#pragma unroll
+            for (int j = 0; j < VEC; j++)
+              dwr[i][j] += contrib[j];
+          }
         }
       }
+    }
+    if (PREFETCH) {
+#pragma unroll
+      for (int i = 0; i < ITEMS; i++) {
+        xv[i] = nx[i];
+        gv[i] = ng[i];
+      }
+      r = nr;
+    } else if (next < end) {
+      load_row<T, VEC, ITEMS>(a.x, next, a.sx, lane, G, nvec, xv);
+      load_row<T, VEC, ITEMS>(a.dy, next, a.sdy, lane, G, nvec, gv);
+      r = a.rstd[next];
     }
   }
   if (!dw_wanted)
     return;
 
-  /* This CTA's dW row: with several groups per CTA, summed through shared memory group by
-   * group (fixed order); with one group, each thread owns distinct columns. */
+  /* This CTA's dW row, summed over its groups in group order. */
   float *out = a.partials ? a.partials + (int64_t)blockIdx.x * a.N : a.accum;
-  if (WARP_ROWS) {
+  if (SMEM) {
+    __syncthreads();
+    for (int col = threadIdx.x; col < a.N; col += blockDim.x) {
+      float sum = 0.f;
+      for (int g = 0; g < R; g++)
+        sum += dyn[(int64_t)g * a.N + col];
+      if (a.partials)
+        out[col] = sum;
+      else
+        atomicAdd(out + col, sum);
+    }
+  } else if (R > 1) {
     for (int g = 0; g < R; g++) {
       if (grp == g)
 #pragma unroll
@@ -171,7 +251,7 @@ __global__ void __launch_bounds__(WARP_ROWS ? WARP_ROWS_BLOCK : BWD_LIMITS(ITEMS
           if (v < nvec)
 #pragma unroll
             for (int j = 0; j < VEC; j++)
-              dyn[v * VEC + j] = (g ? dyn[v * VEC + j] : 0.f) + dwacc[i][j];
+              dyn[v * VEC + j] = (g ? dyn[v * VEC + j] : 0.f) + dwr[i][j];
         }
       __syncthreads();
     }
@@ -189,9 +269,9 @@ __global__ void __launch_bounds__(WARP_ROWS ? WARP_ROWS_BLOCK : BWD_LIMITS(ITEMS
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
           if (a.partials)
-            out[v * VEC + j] = dwacc[i][j];
+            out[v * VEC + j] = dwr[i][j];
           else
-            atomicAdd(out + v * VEC + j, dwacc[i][j]);
+            atomicAdd(out + v * VEC + j, dwr[i][j]);
         }
     }
   }
@@ -210,7 +290,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
   const int nvec = a.N / VEC;
   const float inv_n = 1.f / (float)a.N;
   __shared__ float red[2][32];
-  extern __shared__ float dyn[];
+  extern __shared__ __align__(16) float dyn[];
   int parity = 0;
   float *out = a.partials ? a.partials + (int64_t)blockIdx.x * a.N : NULL;
   if (out)
@@ -224,21 +304,25 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
     float s = 0.f;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
       Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v), gv = load<T, VEC>(a.dy, row, a.sdy, v);
+      float W[VEC];
+      load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
 #pragma unroll
       for (int j = 0; j < VEC; j++)
-        s += to_f(gv.v[j]) * weight_at<T>(a.w, a.wf32, a.offset, v * VEC + j) * to_f(xv.v[j]);
+        s += to_f(gv.v[j]) * W[j] * to_f(xv.v[j]);
     }
-    s = block_sum(s * r, red, parity);
+    s = group_reduce(s * r, blockDim.x, red, parity);
     const float c = s * inv_n;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
       Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v), gv = load<T, VEC>(a.dy, row, a.sdy, v), o, dr;
+      float W[VEC];
+      load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
       if (a.dres)
         dr = load<T, VEC>(a.dres, row, a.sdres, v);
 #pragma unroll
       for (int j = 0; j < VEC; j++) {
         const int col = v * VEC + j;
         const float dy = to_f(gv.v[j]), xh = to_f(xv.v[j]) * r;
-        float dx = r * (dy * weight_at<T>(a.w, a.wf32, a.offset, col) - xh * c);
+        float dx = r * (dy * W[j] - xh * c);
         if (a.dres)
           dx += to_f(dr.v[j]);
         o.v[j] = from_f<T>(dx);
@@ -302,6 +386,7 @@ enum Mapping { ROW, BLOCKROW, PARTIALS, PERSISTENT };
 /* Everything a launch and its workspace query must agree on. */
 struct Plan {
   RowCfg c;
+  int flavor;
   const void *kernel;
   size_t smem;
   int64_t chunk;
@@ -311,14 +396,16 @@ struct Plan {
 };
 
 template <typename T, int VEC>
-const void *kernel_for(const RowCfg &c)
+const void *kernel_for(const RowCfg &c, int flavor)
 {
   if (c.items == 0)
     return (const void *)rms_bwd_loop<T, VEC>;
   const void *kp = NULL;
   with_items(c.items, [&](auto I) {
-    kp = c.warp_rows ? (const void *)rms_bwd<T, VEC, decltype(I)::value, true>
-                     : (const void *)rms_bwd<T, VEC, decltype(I)::value, false>;
+    constexpr int IT = decltype(I)::value;
+    kp = flavor == ACC_REGS ? (const void *)rms_bwd<T, VEC, IT, ACC_REGS>
+       : flavor == ACC_SMEM ? (const void *)rms_bwd<T, VEC, IT, ACC_SMEM>
+                            : (const void *)rms_bwd<T, VEC, IT, ACC_SMEM_PREFETCH>;
     return 0;
   });
   return kp;
@@ -328,14 +415,37 @@ template <typename T>
 int make_plan(const nlk_norm *k, Mapping m, Plan *p)
 {
   const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
-  p->c = row_cfg(k, sizeof(T), m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : ANY_ROWS, BWD_LIMITS);
-  if (m == BLOCKROW && !p->c.warp_rows)
+  const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
+  /* blockrow keeps dW in registers; the others in shared memory when a row of it fits (else
+   * the looping kernel), and the looping strategies prefetch when that layout fits. */
+  p->flavor = m == BLOCKROW ? ACC_REGS : m == ROW ? ACC_SMEM : ACC_SMEM_PREFETCH;
+  p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, MAX_ACC_SMEM);
+  if (p->c.items == 0 && p->flavor == ACC_SMEM_PREFETCH) {
+    p->flavor = ACC_SMEM;
+    p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, MAX_ACC_SMEM);
+  }
+  if (p->flavor != ACC_REGS && k->N * (int64_t)sizeof(float) > MAX_ACC_SMEM) {
+    p->c.items = 0;
+    p->c.group = p->c.block = LOOP_BLOCK;
+  }
+  if (m == BLOCKROW && p->c.items == 0)
     return NLK_ERR_UNSUPPORTED;
-  p->kernel = p->c.vec == 1 ? kernel_for<T, 1>(p->c) : kernel_for<T, 16 / sizeof(T)>(p->c);
-  p->smem = p->c.warp_rows ? (size_t)k->N * sizeof(float) : 0;
+  p->kernel = p->c.vec == 1 ? kernel_for<T, 1>(p->c, p->flavor)
+                            : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor);
+  const int64_t per_cta = rows_per_cta(p->c);
+  if (p->c.items != 0 && p->flavor != ACC_REGS)
+    p->smem = (size_t)(per_cta * k->N) * sizeof(float);
+  else
+    p->smem = per_cta > 1 ? (size_t)k->N * sizeof(float) : 0;
   p->chunk = 0;
   p->fused = false;
-  const int64_t per_cta = p->c.items ? rows_per_cta(p->c) : 1;
+  if (m == PERSISTENT && dw && !atomic && k->fused_reduce) {
+    p->fused = true;
+    if (p->smem < (size_t)p->c.block * sizeof(float))
+      p->smem = (size_t)p->c.block * sizeof(float);
+  }
+  if (allow_smem(p->kernel, p->smem) != cudaSuccess)
+    return NLK_ERR_UNSUPPORTED;
   const int64_t groups = (k->M + per_cta - 1) / per_cta;
   int64_t grid = groups;
   if (m == PARTIALS) {
@@ -343,16 +453,13 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
     p->chunk = (k->M + grid - 1) / grid;
     grid = (k->M + p->chunk - 1) / p->chunk;
   } else if (m == PERSISTENT) {
-    int occ = occupancy(p->kernel, p->c.block, p->smem);
-    p->fused = dw && !atomic && k->fused_reduce;
+    const int occ = occupancy(p->kernel, p->c.block, p->smem);
     int per_sm = k->ctas_per_sm > 0 ? k->ctas_per_sm : occ;
     if (p->fused && per_sm > occ)
       per_sm = occ; /* a cooperative launch needs every CTA resident */
     grid = (int64_t)k->sm_count * per_sm;
     if (grid > groups)
       grid = groups;
-    if (p->fused)
-      p->smem = p->smem > (size_t)p->c.block * sizeof(float) ? p->smem : (size_t)p->c.block * sizeof(float);
   }
   p->c.grid = grid;
   p->partial_rows = dw && !atomic ? grid : 0;
@@ -392,15 +499,13 @@ int launch_t(nlk_norm *k, Mapping m)
   }
   k->grid = (int32_t)p.c.grid;
   k->block = p.c.block;
-  if (p.fused) {
-    void *args[] = {&a};
+  void *args[] = {&a};
+  if (p.fused)
     rc = cuda_result(k, cudaLaunchCooperativeKernel(p.kernel, dim3((unsigned)p.c.grid),
                                                     dim3(p.c.block), args, p.smem, s));
-  } else {
-    void *args[] = {&a};
+  else
     rc = cuda_result(k, cudaLaunchKernel(p.kernel, dim3((unsigned)p.c.grid), dim3(p.c.block),
                                          args, p.smem, s));
-  }
   if (rc != NLK_OK || !dw)
     return rc;
   if (p.partial_rows && !p.fused) {

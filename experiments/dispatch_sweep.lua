@@ -1,0 +1,80 @@
+-- dispatch_sweep.lua: sweep runtime settings (dispatch thresholds, packs per thread, CTA
+-- sizes, CTAs per SM, the fused reduction) over shapes and variants, one column per
+-- combination. Every combination is checked against the fp64 reference, then timed.
+--
+--   normlab experiments/dispatch_sweep.lua --op rmsnorm.bwd --variants persistent \
+--       --set rmsnorm.bwd.items=1,2,4 --set rmsnorm.bwd.block=256,512,1024 --M 4096 --N 4096
+-- Each --set key=v1,v2,... adds an axis; the cartesian product of all axes is run.
+local nl = require("normlab")
+local cli = require("normlab.cli")
+local report = require("normlab.report")
+
+local p = cli.parser("Sweep runtime settings; one column per combination.",
+  {M = "4096", N = "1024..16384", dtypes = "bf16", variants = "auto"})
+p:option("--op", "The op and pass, e.g. rmsnorm.bwd."):default("rmsnorm.bwd")
+p:option("--set", "key=v1,v2,...: a setting and the values to try (repeatable).")
+  :count("*"):argname("<key=values>")
+local args = cli.parse(p)
+
+-- Axes of the sweep, checked against the context's settings before anything runs.
+local axes = {}
+for _, spec in ipairs(args.set) do
+  local key, list = spec:match("^([%w_.]+)=(.+)$")
+  if not key then
+    error(cli.usage_error("--set: expected key=v1,v2,... got '" .. spec .. "'"))
+  end
+  nl.get(key)
+  local values = {}
+  for item in list:gmatch("[^,]+") do
+    local v = tonumber(item)
+    if not v then
+      error(cli.usage_error("--set " .. key .. ": '" .. item .. "' is not a number"))
+    end
+    values[#values + 1] = v
+  end
+  axes[#axes + 1] = {key = key, values = values}
+end
+
+-- The cartesian product, in command-line order.
+local combos = {{}}
+for _, axis in ipairs(axes) do
+  local grown = {}
+  for _, c in ipairs(combos) do
+    for _, v in ipairs(axis.values) do
+      local n = {}
+      for i, kv in ipairs(c) do n[i] = kv end
+      n[#n + 1] = {axis.key, v}
+      grown[#grown + 1] = n
+    end
+  end
+  combos = grown
+end
+
+local function label(combo)
+  local parts = {}
+  for _, kv in ipairs(combo) do
+    parts[#parts + 1] = kv[1]:match("([^.]+)$") .. "=" .. kv[2]
+  end
+  return #parts > 0 and table.concat(parts, ",") or "defaults"
+end
+
+local dev = nl.device(args.device)
+local results = {}
+for i, combo in ipairs(combos) do
+  local saved = {}
+  for _, kv in ipairs(combo) do
+    saved[#saved + 1] = {kv[1], nl.get(kv[1])}
+    nl.set(kv[1], kv[2])
+  end
+  io.stderr:write(string.format("[combination %d/%d] %s\n", i, #combos, label(combo)))
+  local ok, r = pcall(nl.bench, cli.bench_opts(args, {op = args.op, device = dev, weight = "fp32"}))
+  for _, kv in ipairs(saved) do
+    nl.set(kv[1], kv[2])
+  end
+  if not ok then
+    error(r, 0)
+  end
+  results[#results + 1] = r:label(label(combo))
+end
+local unpack_ = table.unpack or unpack
+cli.emit(report.merge(unpack_(results)), args)
