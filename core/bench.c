@@ -170,6 +170,8 @@ nl_status nl_bench(nl_ctx *ctx, const char *variant, const nl_norm_args *proto,
   long launches = 0;
   nl_status st;
 
+  if (ctx)
+    ctx->interrupt = 0; /* a Ctrl-C from here on stops this call */
   if ((st = nl__plan(ctx, variant, proto, &plan0)) != NL_OK)
     return st;
   if (!out)
@@ -220,7 +222,10 @@ nl_status nl_bench(nl_ctx *ctx, const char *variant, const nl_norm_args *proto,
     }
   }
   tm.dev = plan0.device;
-  ctx->interrupt = 0;
+  if (ctx->interrupt) {
+    st = interrupted(ctx);
+    goto done;
+  }
 
   /* Warm-up: at least three launches and warmup_ms of work; the last stretch estimates the
    * time per call. */
@@ -356,9 +361,12 @@ static nl_status cpu_copy_bw(nl_ctx *ctx, double *gbps)
   nl_status st = nl_device_query(ctx, cpu, &info);
   if (st != NL_OK)
     return st;
-  bytes = (size_t)info.l2_bytes * 16;
+  /* Far above the cache, but bounded: some VMs report caches of hundreds of MB. */
+  bytes = (size_t)info.l2_bytes * 8;
   if (bytes < ((size_t)256 << 20))
     bytes = (size_t)256 << 20;
+  if (bytes > ((size_t)1 << 30))
+    bytes = (size_t)1 << 30;
   a = malloc(bytes);
   b = malloc(bytes);
   if (!a || !b) {

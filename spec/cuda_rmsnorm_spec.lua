@@ -19,7 +19,7 @@ local NS = {1, 7, 64, 111, 512, 1023, 1025, 4096, 8191, 16384, 65536}
 -- The shape grid is every (M, N) above up to this many elements: enough to reach every
 -- code path (each register layout, the looping kernels, tails of every kind) while the fp64
 -- reference stays quick.
-local MAX_ELEMS = 1 << 23
+local MAX_ELEMS = 2 ^ 23
 
 local function with_settings(settings, fn)
   local saved = {}
