@@ -63,6 +63,7 @@ typedef struct nlk_norm {
 
   /* tuning, set from the context's settings before supports/workspace/launch */
   int32_t items;          /* target 16-byte vectors per thread per row */
+  int32_t block_pref;     /* persistent / partials: preferred threads per CTA */
   int32_t ctas_per_sm;    /* persistent grids: CTAs per SM (0: as many as fit) */
   int32_t fused_reduce;   /* persistent backward: reduce dW partials in-kernel after a grid barrier */
   int32_t cuda_error;     /* [out] cudaError_t when a launcher returns NLK_ERR_CUDA */

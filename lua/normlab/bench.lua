@@ -1,0 +1,350 @@
+-- normlab.bench: nl.bench{...} -> Result, the sweep harness of notes/lua-api.md.
+--
+-- For each cell (dtype, M, N) the inputs are allocated once on the device (seeded randn) and
+-- shared by every variant, so variants are compared on the same data. Each variant is then
+-- asked whether it supports the cell (no: a "skip" row with the core's reason), checked
+-- against the CPU fp64 reference when check=true (its outputs are first filled with NaN so
+-- that a variant writing nothing cannot pass; out of tolerance: a "fail" row) and finally
+-- timed by the core's nl_bench. A cell that runs out of memory, or that a variant turns down
+-- at run time, becomes "skip" rows too; any other error stops the sweep. Every buffer of a
+-- cell is freed before the next cell, whatever happened.
+local core = require("normlab.binding")
+local buffer = require("normlab.buffer")
+local compare = require("normlab.compare")
+local enums = require("normlab.enums")
+local ops = require("normlab.ops")
+local settings = require("normlab.settings")
+local tolerance = require("normlab.tolerance")
+local util = require("normlab.util")
+
+local K = core.constants
+
+local KEYS = {"op", "variants", "M", "N", "dtype", "device", "weight", "cast", "offset", "eps",
+  "reduce", "check", "mode", "graph", "batches", "reps", "warmup_ms", "batch_ms", "progress",
+  "seed"}
+
+-- Activations each op and pass reads, the activations it writes, its per-row statistics
+-- (outputs of a forward pass, inputs of a backward one, which takes them from `fwd` run on
+-- the same x) and whether it has a bias. Backward passes also write dw (and db) when w (and
+-- b) are given. add_rmsnorm.bwd reads x = h, the forward's residual_out: any randn tensor
+-- with its rstd serves.
+local OPS = {
+  ["rmsnorm.fwd"] = {acts = {"x"}, outs = {"y"}, stats = {"rstd"}, rms = true},
+  ["layernorm.fwd"] = {acts = {"x"}, outs = {"y"}, stats = {"mean", "rstd"}, bias = true},
+  ["add_rmsnorm.fwd"] = {acts = {"x", "residual"}, outs = {"y", "residual_out"}, stats = {"rstd"},
+    rms = true},
+  ["rmsnorm.bwd"] = {acts = {"dy", "x"}, outs = {"dx"}, stats = {"rstd"}, rms = true,
+    fwd = "rmsnorm.fwd"},
+  ["layernorm.bwd"] = {acts = {"dy", "x"}, outs = {"dx"}, stats = {"mean", "rstd"}, bias = true,
+    fwd = "layernorm.fwd"},
+  ["add_rmsnorm.bwd"] = {acts = {"dy", "dres", "x"}, outs = {"dx"}, stats = {"rstd"}, rms = true,
+    fwd = "rmsnorm.fwd"},
+}
+
+---- the spec ----
+
+-- A scalar or a non-empty list, as a list.
+local function list(key, v, default)
+  if v == nil then
+    v = default
+  end
+  if type(v) ~= "table" then
+    v = {v}
+  end
+  if #v == 0 then
+    util.failf("bench: option '%s' must not be empty", key)
+  end
+  return v
+end
+
+local function sizes(key, v)
+  local l = list(key, v)
+  for _, n in ipairs(l) do
+    if type(n) ~= "number" or n < 1 or n ~= math.floor(n) then
+      util.failf("bench: option '%s' must hold positive integers, got %s", key, util.show(v))
+    end
+  end
+  return l
+end
+
+-- Strategies of op.pass on a backend, without the oracle and without auto.
+local function default_variants(op, pass, backend)
+  local l = {}
+  for _, v in ipairs(ops.variants({op = op, pass = pass, backend = backend})) do
+    if v.strategy ~= "ref" and v.strategy ~= "auto" then
+      l[#l + 1] = v.strategy
+    end
+  end
+  return l
+end
+
+local function parse(spec)
+  if type(spec) ~= "table" then
+    util.failf("bench: expected a table of options, got %s", type(spec))
+  end
+  local s = util.options("bench", spec, KEYS)
+  local p = {}
+  if type(s.op) ~= "string" then
+    util.fail("bench: option 'op' is required: '<op>.<pass>' such as 'rmsnorm.bwd'")
+  end
+  p.opname = s.op:find(".", 1, true) and s.op or (s.op .. ".fwd")
+  p.shape = OPS[p.opname]
+  if p.shape == nil then
+    util.failf("bench: unknown op %s (expected rmsnorm, layernorm or add_rmsnorm, .fwd or .bwd)",
+      util.show(s.op))
+  end
+  p.op, p.pass = p.opname:match("^(.-)%.(.*)$")
+  p.device = buffer.device(s.device)
+  local defaults = default_variants(p.op, p.pass, p.device.kind)
+  if s.variants == nil and #defaults == 0 then
+    util.failf("bench: %s has no %s variants besides ref and auto; name some in 'variants'",
+      p.device.name, p.opname)
+  end
+  p.variants = list("variants", s.variants, defaults)
+  for _, v in ipairs(p.variants) do
+    ops.variant_name("bench", p.op, p.pass, v)
+  end
+  p.Ms, p.Ns = sizes("M", s.M), sizes("N", s.N)
+  p.dtypes = list("dtype", s.dtype, "bf16")
+  for _, dt in ipairs(p.dtypes) do
+    buffer.dtype("bench", dt)
+  end
+  p.weight = s.weight or "fp32"
+  if p.weight ~= "fp32" and p.weight ~= "x" and p.weight ~= "none" then
+    util.failf("bench: option 'weight' must be fp32, x or none, got %s", util.show(s.weight))
+  end
+  if s.cast ~= nil and not p.shape.rms then
+    util.failf("bench: option 'cast' applies to rmsnorm and add_rmsnorm, not %s", p.op)
+  end
+  p.cast = util.choice("bench", "cast", s.cast, enums.cast, "llama")
+  p.reduce = util.choice("bench", "reduce", s.reduce, enums.reduce, "default")
+  p.offset = ops.offset_opt("bench", s.offset)
+  p.eps = ops.eps_opt("bench", s.eps, p.op == "layernorm" and 1e-5 or 1e-6)
+  p.check = s.check ~= false
+  p.seed = s.seed
+  p.opts = {mode = util.choice("bench", "mode", s.mode, enums.mode, "rotate"), graph = s.graph,
+    batches = s.batches, reps = s.reps, warmup_ms = s.warmup_ms, batch_ms = s.batch_ms}
+  p.progress = s.progress
+  return p
+end
+
+---- progress on stderr ----
+
+local function reporter(progress)
+  if progress == false then
+    return function() end
+  elseif type(progress) == "function" then
+    return progress
+  end
+  local width = 0
+  return function(done, total, label)
+    local line = string.format("[%d/%d] %s", done, total, label)
+    io.stderr:write("\r", line, string.rep(" ", width - #line), done == total and "\n" or "")
+    io.stderr:flush()
+    width = #line
+  end
+end
+
+---- cells ----
+
+-- Inputs and outputs of one (dtype, M, N) on the device, as an nl_norm_args table (`args`),
+-- plus the names of the outputs to check and every buffer to free.
+local function make_cell(p, M, N, dt, bufs)
+  local dev = p.device
+  local n = 0
+  local function keep(b)
+    bufs[#bufs + 1] = b
+    return b
+  end
+  local function rand(shape, dtype, mean, std)
+    n = n + 1
+    return keep(dev:randn(shape, dtype, {seed = p.seed and p.seed + n - 1, mean = mean, std = std}))
+  end
+  local a = {eps = p.eps, offset = p.offset, reduce = p.reduce,
+    cast = p.shape.rms and p.cast or nil}
+  local outs = {}
+  for _, f in ipairs(p.shape.acts) do
+    a[f] = rand({M, N}, dt)
+  end
+  if p.weight ~= "none" then
+    local wdt = p.weight == "x" and dt or p.weight
+    -- Weights near 1 (near 0 under an offset, which adds the 1), biases near 0.
+    a.w = rand({N}, wdt, p.offset == 0 and 1 or 0, 0.1)
+    if p.shape.bias then
+      a.b = rand({N}, wdt, 0, 0.1)
+    end
+  end
+  for _, f in ipairs(p.shape.outs) do
+    a[f] = keep(dev:empty({M, N}, dt))
+    outs[#outs + 1] = f
+  end
+  for _, f in ipairs(p.shape.stats) do
+    a[f] = keep(dev:empty({M}, "fp32"))
+  end
+  if p.pass == "fwd" then
+    for _, f in ipairs(p.shape.stats) do
+      outs[#outs + 1] = f
+    end
+  else
+    local s = {x = a.x, y = keep(dev:empty({M, N}, dt)), eps = p.eps}
+    for _, f in ipairs(p.shape.stats) do
+      s[f] = a[f]
+    end
+    core.run(p.shape.fwd .. ".auto", s)
+    if a.w then
+      a.dw = keep(dev:empty({N}, a.w.dtype))
+      outs[#outs + 1] = "dw"
+    end
+    if a.b then
+      a.db = keep(dev:empty({N}, a.b.dtype))
+      outs[#outs + 1] = "db"
+    end
+  end
+  return {M = M, N = N, dtype = dt, args = a, outs = outs}
+end
+
+-- The oracle's outputs for a cell: its inputs copied to the CPU in fp64 (statistics stay
+-- fp32, as the ops take them), run through <op>.<pass>.ref.
+local function reference(p, cell, bufs)
+  local cpu = buffer.device("cpu")
+  local r = {}
+  local is_out = {}
+  for _, f in ipairs(cell.outs) do
+    is_out[f] = true
+  end
+  for k, v in pairs(cell.args) do
+    if not core.is_buffer(v) then
+      r[k] = v
+    elseif not is_out[k] then
+      r[k] = v:to(cpu, (k == "rstd" or k == "mean") and "fp32" or "fp64")
+      bufs[#bufs + 1] = r[k]
+    end
+  end
+  for _, f in ipairs(cell.outs) do
+    local like = cell.args[f]
+    r[f] = cpu:empty(like.shape, (f == "rstd" or f == "mean") and "fp32" or "fp64")
+    bufs[#bufs + 1] = r[f]
+  end
+  core.run(p.opname .. ".ref", r)
+  return r
+end
+
+local function strip_position(msg)
+  return (tostring(msg):gsub("^[^\n]-:%d+: ", "", 1))
+end
+
+-- One row: skip, fail or ok with the timing.
+local function measure(p, cell, variant, bufs)
+  local row = {op = p.op, pass = p.pass, variant = variant, M = cell.M, N = cell.N,
+    dtype = cell.dtype}
+  local name = ops.variant_name("bench", p.op, p.pass, variant)
+  local a = cell.args
+  local ok, why = core.supports(name, a)
+  if not ok then
+    row.status, row.reason = "skip", why
+    return row
+  end
+  row.resolved = core.resolve(name, a)
+  if p.check then
+    cell.ref = cell.ref or reference(p, cell, bufs)
+    for _, f in ipairs(cell.outs) do
+      a[f]:fill(0 / 0)
+    end
+    core.run(name, a)
+    row.check = {}
+    for _, f in ipairs(cell.outs) do
+      local atol, rtol = tolerance(cell.dtype, f, cell.M)
+      local c = compare(a[f], cell.ref[f], {atol = atol, rtol = rtol})
+      row.check[f] = {max_abs = c.max_abs, max_rel = c.max_rel, ulp_max = c.ulp_max,
+        n_bad = c.n_bad, ok = c.ok}
+      if not c.ok and row.status == nil then
+        row.status, row.reason = "fail", f .. ": " .. tostring(c)
+      end
+    end
+    if row.status == "fail" then
+      return row
+    end
+  end
+  local b = core.bench(name, a, p.opts)
+  local info = ops.info_table(b.run)
+  local roof = p.device:roofline()
+  row.status = "ok"
+  row.resolved = info.variant
+  row.ms, row.min_ms, row.max_ms = b.median_ms, b.min_ms, b.max_ms
+  row.gbps, row.extra_gbps = b.gbps, b.extra_gbps
+  row.bytes, row.extra_bytes = info.bytes, info.extra_bytes
+  row.pct = roof > 0 and 100 * b.gbps / roof or nil
+  row.deterministic, row.reduce = info.deterministic, info.reduce
+  row.grid, row.block = info.grid, info.block
+  return row
+end
+
+-- Whether err, caught from a cell, is an out-of-memory or unsupported status of the core,
+-- which a sweep reports as a skipped cell instead of stopping. Anything else (bad options, a
+-- CUDA error, Ctrl-C) stops it.
+local function skippable(err)
+  local st, msg = core.last_failure()
+  return msg == err and (st == K.NL_ENOMEM or st == K.NL_EUNSUPPORTED)
+end
+
+-- pcall(fn, ...) that lets only skippable errors through: true and fn's result, or false and
+-- the error.
+local function attempt(fn, ...)
+  local ok, res = pcall(fn, ...)
+  if not ok and not skippable(res) then
+    error(res, 0)
+  end
+  return ok, res
+end
+
+-- The rows of one cell, appended to rows; the cell's buffers go into bufs.
+local function cell_rows(p, M, N, dt, bufs, rows, progress)
+  local made, cell = attempt(make_cell, p, M, N, dt, bufs)
+  for _, v in ipairs(p.variants) do
+    progress(string.format("%s %s M=%d N=%d %s", p.opname, v, M, N, dt))
+    local ok, res = false, cell
+    if made then
+      ok, res = attempt(measure, p, cell, v, bufs)
+    end
+    rows[#rows + 1] = ok and res or {op = p.op, pass = p.pass, variant = v, M = M, N = N,
+      dtype = dt, status = "skip", reason = strip_position(res)}
+  end
+end
+
+local function sweep(p)
+  local rows = {}
+  local total = #p.dtypes * #p.Ms * #p.Ns * #p.variants
+  local report = reporter(p.progress)
+  local function progress(label)
+    report(#rows, total, label)
+  end
+  for _, dt in ipairs(p.dtypes) do
+    for _, M in ipairs(p.Ms) do
+      for _, N in ipairs(p.Ns) do
+        local bufs = {}
+        local ok, err = pcall(cell_rows, p, M, N, dt, bufs, rows, progress)
+        for _, b in ipairs(bufs) do
+          b:free()
+        end
+        if not ok then
+          error(err, 0)
+        end
+      end
+    end
+  end
+  report(total, total, "done")
+  return rows
+end
+
+return function(spec)
+  local p = parse(spec)
+  local values = {}
+  for _, s in ipairs(settings.list()) do
+    values[s.key] = s.value
+  end
+  local meta = {device = p.device.name, device_info = p.device.info,
+    roofline_gbps = p.device:roofline(), mode = enums.mode.name[p.opts.mode],
+    graph = p.opts.graph == true, date = os.date("!%Y-%m-%dT%H:%M:%SZ"), version = core.version(),
+    binding = core.binding, settings = values}
+  return require("normlab.report").new(sweep(p), meta)
+end

@@ -1,0 +1,258 @@
+-- normlab.cli: the command line of experiment scripts, on top of lua-argparse.
+--
+--   local cli = require("normlab.cli")
+--   local p = cli.parser("Backward sweep: row vs persistent",
+--                        {N = "1024..16384", variants = "row,persistent", dtypes = "bf16,fp16"})
+--   p:option("--extra", "...")                  -- a script adds its own options as usual
+--   local args = cli.parse(p)                    -- global `arg` unless given a list
+--   local r = nl.bench(cli.bench_opts(args, {op = "rmsnorm.bwd"}))
+--   cli.emit(r, args, {speedup = {"persistent", "row"}})  -- table on stdout, files as asked
+--
+-- Common options: --device, --M and --N (comma lists, "lo..hi" doubles from lo up to hi),
+-- --dtypes, --variants, --csv/--json/--markdown/--svg PATH, --mode, --graph, --batches,
+-- --seed, --no-check. Bad values stop the script with the usage and a one-line reason (an
+-- error object whose message is all that the normlab executable prints: no traceback).
+-- Shared Lua, 5.1-compatible.
+
+local argparse = require("argparse")
+
+local cli = {}
+
+local format, concat = string.format, table.concat
+
+cli.DTYPES = {"fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "fp64"}
+cli.MODES = {"rotate", "flush", "hot"}
+
+local function member(list, x)
+  for _, v in ipairs(list) do
+    if v == x then return true end
+  end
+  return false
+end
+
+-- Errors -------------------------------------------------------------------------------------
+
+local UsageError = {}
+UsageError.__index = UsageError
+UsageError.__tostring = function(e) return e.message end
+
+-- An error object for bad command lines: tostring gives the whole message, and the normlab
+-- executable (like lua.c) prints such objects without a traceback.
+function cli.usage_error(message)
+  return setmetatable({message = message}, UsageError)
+end
+
+function cli.is_usage_error(e)
+  return getmetatable(e) == UsageError
+end
+
+-- Lists --------------------------------------------------------------------------------------
+
+local function parse_int(s, what)
+  local n = tonumber(s)
+  if not n or n ~= math.floor(n) then
+    return nil, format("%s: '%s' is not an integer", what, s)
+  end
+  if n < 1 then return nil, format("%s: %s must be >= 1", what, s) end
+  return n
+end
+
+-- "1024,2048" -> {1024, 2048}; "1024..8192" -> {1024, 2048, 4096, 8192} (doubling from lo
+-- while <= hi); the forms combine: "1,7,1024..4096". Returns nil and a message when bad.
+function cli.int_list(s, what)
+  what = what or "list"
+  if type(s) == "number" then s = tostring(s) end
+  if type(s) ~= "string" or not s:find("%S") then
+    return nil, format("%s: expected a comma list of integers, like 1024,2048", what)
+  end
+  local out = {}
+  for item in (s .. ","):gmatch("([^,]*),") do
+    item = item:match("^%s*(.-)%s*$")
+    local lo, hi = item:match("^(.-)%.%.(.-)$")
+    if lo then
+      local a, err = parse_int(lo, what)
+      if not a then return nil, err end
+      local b, err2 = parse_int(hi, what)
+      if not b then return nil, err2 end
+      if b < a then return nil, format("%s: range %s is empty (%d > %d)", what, item, a, b) end
+      while a <= b do
+        out[#out + 1] = a
+        a = a * 2
+      end
+    else
+      local n, err = parse_int(item, what)
+      if not n then return nil, err end
+      out[#out + 1] = n
+    end
+  end
+  return out
+end
+
+-- "bf16, fp16" -> {"bf16", "fp16"}, each checked against allowed when given.
+function cli.name_list(s, what, allowed)
+  what = what or "list"
+  if type(s) ~= "string" or not s:find("%S") then
+    return nil, format("%s: expected a comma list of names", what)
+  end
+  local out = {}
+  for item in (s .. ","):gmatch("([^,]*),") do
+    item = item:match("^%s*(.-)%s*$")
+    if item == "" then return nil, format("%s: empty name in '%s'", what, s) end
+    if allowed and not member(allowed, item) then
+      return nil, format("%s: unknown '%s' (expected: %s)", what, item, concat(allowed, ", "))
+    end
+    out[#out + 1] = item
+  end
+  return out
+end
+
+local function valid_device(s)
+  return s == "cpu" or s == "cuda" or s == "auto" or s:match("^cuda:%d+$") ~= nil
+end
+
+-- Parser -------------------------------------------------------------------------------------
+
+-- argparse's convert hook: a function of the string returning the value, or nil and a message.
+local function converter(fn, what, extra)
+  return function(s)
+    return fn(s, what, extra)
+  end
+end
+
+local function count(lo)
+  return function(s, what)
+    local n = tonumber(s)
+    if not n or n ~= math.floor(n) or n < lo then
+      return nil, format("%s: expected an integer >= %d, got '%s'", what, lo, s)
+    end
+    return n
+  end
+end
+
+local function one_of(list)
+  return function(s, what)
+    if member(list, s) then return s end
+    return nil, format("%s: unknown '%s' (expected: %s)", what, s, concat(list, ", "))
+  end
+end
+
+local DEFAULTS = {M = "4096", N = "1024,2048,4096,8192", dtypes = "bf16", mode = "rotate"}
+
+-- A parser with the common options. defaults (all strings, as typed on a command line) set
+-- M, N, dtypes, variants, mode, batches and seed; variants has no default unless given (then
+-- nl.bench runs its own set). name defaults to the script's name.
+function cli.parser(description, defaults, name)
+  defaults = defaults or {}
+  for k in pairs(defaults) do
+    if not member({"M", "N", "dtypes", "variants", "mode", "batches", "seed", "device"}, k) then
+      error(format("cli.parser: no default for '%s' (M, N, dtypes, variants, mode, batches, " ..
+        "seed, device)", tostring(k)), 2)
+    end
+  end
+  local function def(k) return defaults[k] or DEFAULTS[k] end
+  local script = name or (rawget(_G, "arg") and arg[0] and tostring(arg[0]):match("([^/]+)$"))
+  local p = argparse(script or "experiment", description):add_help(false)
+  p:flag("-h --help", "Show this help and exit.")
+  p:option("--device", "Device: cpu, cuda, cuda:N or auto (default: normlab's default).")
+    :argname("<dev>"):default(defaults.device)
+    :convert(function(s)
+      if valid_device(s) then return s end
+      return nil, format("--device: '%s' is not cpu, cuda, cuda:N or auto", s)
+    end)
+  p:option("--M", "Rows: comma list; lo..hi doubles from lo to hi.")
+    :argname("<list>"):default(def("M")):convert(converter(cli.int_list, "--M"))
+  p:option("--N", "Columns (the normalized size): comma list; lo..hi doubles.")
+    :argname("<list>"):default(def("N")):convert(converter(cli.int_list, "--N"))
+  p:option("--dtypes", "Activation dtypes: " .. concat(cli.DTYPES, ", ") .. ".")
+    :argname("<list>"):default(def("dtypes")):convert(converter(cli.name_list, "--dtypes", cli.DTYPES))
+  p:option("--variants", "Variants (strategies or full names), comma list.")
+    :argname("<list>"):default(defaults.variants):convert(converter(cli.name_list, "--variants"))
+  p:option("--mode", "Timing mode: rotate, flush or hot.")
+    :argname("<mode>"):default(def("mode")):convert(converter(one_of(cli.MODES), "--mode"))
+  p:flag("--graph", "Capture each timed batch in a CUDA graph.")
+  p:option("--batches", "Timed batches (the median is reported).")
+    :argname("<n>"):default(defaults.batches):convert(converter(count(1), "--batches"))
+  p:option("--seed", "Seed of the random inputs.")
+    :argname("<n>"):default(defaults.seed):convert(converter(count(0), "--seed"))
+  p:flag("--no-check", "Skip the check against the fp64 reference.")
+  p:option("--csv", "Also write the rows as CSV to this file."):argname("<path>")
+  p:option("--json", "Also write the result as JSON to this file."):argname("<path>")
+  p:option("--markdown", "Also write the table as markdown to this file."):argname("<path>")
+  p:option("--svg", "Also write a GB/s chart as SVG to this file."):argname("<path>")
+  return p
+end
+
+-- Parses argv (default: the global arg) with a parser from cli.parser. Returns the options
+-- with lists as tables, mode as a string, check = not --no-check. A bad command line raises
+-- cli.usage_error; -h prints the help and calls opts.on_help(text) when given, else ends the
+-- script with os.exit(0, true) (closing the state first, so device buffers are released).
+function cli.parse(parser, argv, opts)
+  opts = opts or {}
+  if argv == nil then
+    argv = {}
+    local a = rawget(_G, "arg") or {}
+    for i = 1, #a do argv[i] = a[i] end
+  end
+  local ok, args = parser:pparse(argv)
+  if not ok then
+    error(cli.usage_error(format("%s\n\nError: %s", parser:get_usage(), args)))
+  end
+  if args.help then
+    local text = parser:get_help()
+    if opts.on_help then return opts.on_help(text) end
+    print(text)
+    os.exit(0, true)
+  end
+  args.check = not args.no_check
+  args.no_check = nil
+  args.help = nil
+  return args
+end
+
+-- The nl.bench options these args set, merged over base (the script's fixed choices, such as
+-- op). Options left at nil keep nl.bench's defaults.
+function cli.bench_opts(args, base)
+  local o = {}
+  for k, v in pairs(base or {}) do o[k] = v end
+  o.device = args.device or o.device
+  o.M = args.M or o.M
+  o.N = args.N or o.N
+  o.dtype = args.dtypes or o.dtype
+  o.variants = args.variants or o.variants
+  o.mode = args.mode or o.mode
+  if args.graph then o.graph = true end
+  o.batches = args.batches or o.batches
+  o.seed = args.seed or o.seed
+  if args.check == false then o.check = false end
+  return o
+end
+
+-- Prints the result's table (print_opts go to r:print) and writes the files the command line
+-- asked for, naming each on stderr. Returns r.
+function cli.emit(r, args, print_opts)
+  r:print(print_opts)
+  local function wrote(path) io.stderr:write("wrote ", path, "\n") end
+  if args.csv then
+    r:csv(args.csv)
+    wrote(args.csv)
+  end
+  if args.json then
+    r:json(args.json)
+    wrote(args.json)
+  end
+  if args.markdown then
+    local mopts = {path = args.markdown}
+    for k, v in pairs(print_opts or {}) do
+      if k ~= "file" then mopts[k] = v end
+    end
+    r:markdown(mopts)
+    wrote(args.markdown)
+  end
+  if args.svg then
+    r:svg(args.svg)
+    wrote(args.svg)
+  end
+  return r
+end
+
+return cli

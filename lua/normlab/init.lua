@@ -1,0 +1,54 @@
+-- normlab: the public Lua API (notes/lua-api.md), the same under Lua 5.4 with the C module
+-- and under LuaJIT with the FFI binding (normlab.binding picks one).
+--
+--   local nl = require("normlab")
+--   local x = nl.device():randn({4096, 8192}, "bf16", {seed = 1})
+--   local y, rstd = nl.rmsnorm(x, nl.device():full({8192}, 1.0), {variant = "persistent"})
+--
+-- This file only assembles the modules: devices and buffers live in normlab.buffer, ops and
+-- the registry in normlab.ops, settings in normlab.settings, checks in normlab.compare and
+-- normlab.tolerance, sweeps in normlab.bench.
+local core = require("normlab.binding")
+local buffer = require("normlab.buffer")
+local ops = require("normlab.ops")
+local settings = require("normlab.settings")
+local util = require("normlab.util")
+
+local nl = {
+  version = core.version(),
+  binding = core.binding,
+  cuda_compiled = core.cuda_compiled(),
+
+  device = buffer.device,
+  devices = buffer.devices,
+
+  rmsnorm = ops.rmsnorm,
+  rmsnorm_bwd = ops.rmsnorm_bwd,
+  layernorm = ops.layernorm,
+  layernorm_bwd = ops.layernorm_bwd,
+  add_rmsnorm = ops.add_rmsnorm,
+  add_rmsnorm_bwd = ops.add_rmsnorm_bwd,
+  run = ops.run,
+  supports = ops.supports,
+  resolve = ops.resolve,
+  variants = ops.variants,
+
+  settings = settings.list,
+  set = settings.set,
+  get = settings.get,
+
+  compare = require("normlab.compare"),
+  tolerance = require("normlab.tolerance"),
+  bench = require("normlab.bench"),
+}
+
+-- nl.seed(s): restarts the context's seed counter, from which randn and uniform draw when no
+-- seed is given, so that a whole script becomes reproducible.
+function nl.seed(s)
+  if type(s) ~= "number" or s < 0 or s ~= math.floor(s) then
+    util.failf("seed: expected an integer >= 0, got %s", tostring(s))
+  end
+  core.set_seed(s)
+end
+
+return nl

@@ -1,0 +1,317 @@
+-- normlab.ops: the norm ops (rmsnorm, layernorm, add_rmsnorm, forward and backward), the
+-- low-level run/supports/resolve, and the variant registry as Lua tables.
+--
+-- Lua checks what only Lua knows (argument types, freed buffers, option keys and values,
+-- variant names) before allocating anything; the core validates shapes, dtypes, devices and
+-- aliasing before writing anything. Outputs allocated here are freed again when the call
+-- fails, so bad input leaves no trace.
+local core = require("normlab.binding")
+local buffer = require("normlab.buffer")
+local enums = require("normlab.enums")
+local util = require("normlab.util")
+
+local K = core.constants
+local arg = buffer.arg
+local M = {}
+
+---- the registry ----
+
+local registry  -- core.variants(), read once: the registry is static
+
+local function variants_raw()
+  registry = registry or core.variants()
+  return registry
+end
+
+-- Names of the reductions in a bit mask (bit 1 << nl_reduce); arithmetic, not bit ops, so
+-- that the code runs on Lua 5.1/LuaJIT as on 5.4.
+local function reduce_names(mask)
+  local list = {}
+  for _, name in ipairs(enums.reduce.names) do
+    local v = enums.reduce.value[name]
+    if math.floor(mask / 2 ^ v) % 2 == 1 then
+      list[#list + 1] = name
+    end
+  end
+  return list
+end
+
+function M.variants(filter)
+  local f = util.options("variants", filter, {"op", "pass", "backend"})
+  local list = {}
+  for _, v in ipairs(variants_raw()) do
+    local backend = enums.backend.name[v.backend]
+    if (f.op == nil or f.op == v.op) and (f.pass == nil or f.pass == v.pass)
+        and (f.backend == nil or f.backend == backend) then
+      list[#list + 1] = {name = v.name, op = v.op, pass = v.pass, strategy = v.strategy,
+        backend = backend, reduces = reduce_names(v.reduces),
+        default_reduce = enums.reduce.name[v.default_reduce], summary = v.summary,
+        limits = v.limits}
+    end
+  end
+  return list
+end
+
+-- Strategies of op.pass over all backends, in registry order, without repeats.
+local function strategies(op, pass)
+  local list, seen = {}, {}
+  for _, v in ipairs(variants_raw()) do
+    if v.op == op and v.pass == pass and not seen[v.strategy] then
+      seen[v.strategy] = true
+      list[#list + 1] = v.strategy
+    end
+  end
+  return list, seen
+end
+
+-- The full registry name of option `variant` (a strategy or a full name) for op.pass.
+function M.variant_name(who, op, pass, variant)
+  variant = variant or "auto"
+  if type(variant) ~= "string" then
+    util.failf("%s: option 'variant' must be a string, got %s", who, type(variant))
+  end
+  local name = variant:find(".", 1, true) and variant or (op .. "." .. pass .. "." .. variant)
+  local o, p, s = name:match("^([^.]+)%.([^.]+)%.([^.]+)$")
+  if o ~= op or p ~= pass then
+    util.failf("%s: variant %s is not a %s.%s variant", who, util.show(variant), op, pass)
+  end
+  local list, known = strategies(op, pass)
+  if not known[s] then
+    util.failf("%s: unknown variant %s (%s.%s strategies: %s)", who, util.show(variant), op, pass,
+      table.concat(list, ", "))
+  end
+  return name
+end
+
+---- low level ----
+
+-- A copy of a user's args table with cast and reduce given by name turned into values.
+local function low_args(who, args)
+  if type(args) ~= "table" then
+    util.failf("%s: args must be a table, got %s", who, type(args))
+  end
+  local a = {}
+  for k, v in pairs(args) do
+    a[k] = v
+  end
+  if type(a.cast) == "string" then
+    a.cast = util.choice(who, "cast", a.cast, enums.cast)
+  end
+  if type(a.reduce) == "string" then
+    a.reduce = util.choice(who, "reduce", a.reduce, enums.reduce)
+  end
+  return a
+end
+
+function M.info_table(i)
+  return {variant = i.variant, backend = enums.backend.name[i.backend],
+    reduce = enums.reduce.name[i.reduce], deterministic = i.deterministic ~= 0, grid = i.grid,
+    block = i.block, bytes = i.bytes, extra_bytes = i.extra_bytes,
+    workspace_bytes = i.workspace_bytes}
+end
+
+function M.run(name, args)
+  return M.info_table(core.run(name, low_args("run", args)))
+end
+
+function M.supports(name, args)
+  return core.supports(name, low_args("supports", args))
+end
+
+function M.resolve(name, args)
+  return core.resolve(name, low_args("resolve", args))
+end
+
+---- option helpers ----
+
+function M.eps_opt(who, v, default)
+  if v == nil then
+    return default
+  end
+  if type(v) ~= "number" or not (v > 0) or v == math.huge then
+    util.failf("%s: option 'eps' must be a finite number > 0, got %s", who, tostring(v))
+  end
+  return v
+end
+
+function M.offset_opt(who, v)
+  if v == nil then
+    return 0
+  end
+  if type(v) ~= "number" or v ~= v or math.abs(v) == math.huge then
+    util.failf("%s: option 'offset' must be a finite number, got %s", who, tostring(v))
+  end
+  return v
+end
+
+local function flag_opt(who, key, v)
+  if v ~= nil and type(v) ~= "boolean" then
+    util.failf("%s: option '%s' must be a boolean, got %s", who, key, type(v))
+  end
+  return v == true
+end
+
+-- An output: the buffer the caller passed in option `key`, else a new one, remembered in
+-- `new`. kind: "act" (x's shape and dtype), "stat" (fp32, one per row of x), or a buffer
+-- whose shape and dtype to copy (w for dw).
+local function output(who, key, given, new, x, kind)
+  local b = arg(who, key, given, true)
+  if b ~= nil then
+    return b
+  end
+  local xd = x:desc()
+  if core.is_buffer(kind) then
+    b = core.buffer(xd.backend, xd.index, kind:desc().dtype, kind.shape)
+  elseif kind == "act" then
+    b = core.buffer(xd.backend, xd.index, xd.dtype, x.shape)
+  else
+    b = core.buffer(xd.backend, xd.index, K.NL_F32, {xd.ndim == 1 and 1 or xd.rows})
+  end
+  new[#new + 1] = b
+  return b
+end
+
+-- Runs outputs(new), which puts the outputs into args, then the variant. When anything
+-- fails, the buffers allocated so far are freed before the error goes on.
+local function run(name, args, outputs)
+  local new = {}
+  local ok, err = pcall(function()
+    outputs(new)
+    core.run(name, args)
+  end)
+  if not ok then
+    for _, b in ipairs(new) do
+      b:free()
+    end
+    error(err, 0)
+  end
+end
+
+---- forward ----
+
+function M.rmsnorm(x, w, opts)
+  local who = "rmsnorm"
+  local o = util.options(who, opts, {"eps", "variant", "cast", "offset", "out", "rstd"})
+  x, w = arg(who, "x", x), arg(who, "w", w, true)
+  local a = {x = x, w = w, eps = M.eps_opt(who, o.eps, 1e-6),
+    offset = M.offset_opt(who, o.offset),
+    cast = util.choice(who, "cast", o.cast, enums.cast, "llama")}
+  run(M.variant_name(who, "rmsnorm", "fwd", o.variant), a, function(new)
+    a.y = output(who, "out", o.out, new, x, "act")
+    if o.rstd ~= false then
+      a.rstd = output(who, "rstd", o.rstd, new, x, "stat")
+    end
+  end)
+  return a.y, a.rstd
+end
+
+function M.layernorm(x, w, b, opts)
+  local who = "layernorm"
+  local o = util.options(who, opts, {"eps", "variant", "offset", "out", "mean", "rstd"})
+  x, w, b = arg(who, "x", x), arg(who, "w", w, true), arg(who, "b", b, true)
+  local a = {x = x, w = w, b = b, eps = M.eps_opt(who, o.eps, 1e-5),
+    offset = M.offset_opt(who, o.offset)}
+  run(M.variant_name(who, "layernorm", "fwd", o.variant), a, function(new)
+    a.y = output(who, "out", o.out, new, x, "act")
+    if o.mean ~= false then
+      a.mean = output(who, "mean", o.mean, new, x, "stat")
+    end
+    if o.rstd ~= false then
+      a.rstd = output(who, "rstd", o.rstd, new, x, "stat")
+    end
+  end)
+  return a.y, a.mean, a.rstd
+end
+
+function M.add_rmsnorm(x, residual, w, opts)
+  local who = "add_rmsnorm"
+  local o = util.options(who, opts,
+    {"eps", "variant", "cast", "offset", "out", "residual_out", "rstd", "inplace"})
+  x, residual, w = arg(who, "x", x), arg(who, "residual", residual), arg(who, "w", w, true)
+  local a = {x = x, residual = residual, w = w, eps = M.eps_opt(who, o.eps, 1e-6),
+    offset = M.offset_opt(who, o.offset),
+    cast = util.choice(who, "cast", o.cast, enums.cast, "llama")}
+  if flag_opt(who, "inplace", o.inplace) and o.residual_out ~= nil then
+    util.failf("%s: give either inplace=true or residual_out, not both", who)
+  end
+  run(M.variant_name(who, "add_rmsnorm", "fwd", o.variant), a, function(new)
+    a.y = output(who, "out", o.out, new, x, "act")
+    a.residual_out = o.inplace and residual
+      or output(who, "residual_out", o.residual_out, new, x, "act")
+    if o.rstd ~= false then
+      a.rstd = output(who, "rstd", o.rstd, new, x, "stat")
+    end
+  end)
+  return a.y, a.residual_out, a.rstd
+end
+
+---- backward ----
+
+-- Checks the options of a backward pass's gradients, and returns the function that fills
+-- dx (dy itself when inplace), dw when w is given and db when b is given.
+local function grads(who, o, a)
+  if flag_opt(who, "inplace", o.inplace) and o.dx ~= nil then
+    util.failf("%s: give either inplace=true or dx, not both", who)
+  end
+  if a.w == nil and o.dw ~= nil then
+    util.failf("%s: option 'dw' is given but there is no weight w", who)
+  end
+  if a.b == nil and o.db ~= nil then
+    util.failf("%s: option 'db' is given but there is no bias b", who)
+  end
+  return function(new)
+    a.dx = o.inplace and a.dy or output(who, "dx", o.dx, new, a.x, "act")
+    if a.w ~= nil then
+      a.dw = output(who, "dw", o.dw, new, a.x, a.w)
+    end
+    if a.b ~= nil then
+      a.db = output(who, "db", o.db, new, a.x, a.b)
+    end
+  end
+end
+
+local BWD_KEYS = {"variant", "reduce", "inplace", "cast", "offset", "eps", "dx", "dw"}
+
+function M.rmsnorm_bwd(dy, x, w, rstd, opts)
+  local who = "rmsnorm_bwd"
+  local o = util.options(who, opts, BWD_KEYS)
+  local a = {dy = arg(who, "dy", dy), x = arg(who, "x", x), w = arg(who, "w", w, true),
+    rstd = arg(who, "rstd", rstd), eps = M.eps_opt(who, o.eps, 1e-6),
+    offset = M.offset_opt(who, o.offset),
+    cast = util.choice(who, "cast", o.cast, enums.cast, "llama"),
+    reduce = util.choice(who, "reduce", o.reduce, enums.reduce, "default")}
+  run(M.variant_name(who, "rmsnorm", "bwd", o.variant), a, grads(who, o, a))
+  return a.dx, a.dw
+end
+
+function M.layernorm_bwd(dy, x, w, b, mean, rstd, opts)
+  local who = "layernorm_bwd"
+  local o = util.options(who, opts,
+    {"variant", "reduce", "inplace", "offset", "eps", "dx", "dw", "db"})
+  local a = {dy = arg(who, "dy", dy), x = arg(who, "x", x), w = arg(who, "w", w, true),
+    b = arg(who, "b", b, true), mean = arg(who, "mean", mean), rstd = arg(who, "rstd", rstd),
+    eps = M.eps_opt(who, o.eps, 1e-5), offset = M.offset_opt(who, o.offset),
+    reduce = util.choice(who, "reduce", o.reduce, enums.reduce, "default")}
+  run(M.variant_name(who, "layernorm", "bwd", o.variant), a, grads(who, o, a))
+  return a.dx, a.dw, a.db
+end
+
+-- h is the forward's residual_out (the core's field x); dres, the gradient arriving at
+-- residual_out, is added into dx.
+function M.add_rmsnorm_bwd(dy, h, w, rstd, opts)
+  local who = "add_rmsnorm_bwd"
+  local keys = {"dres"}
+  for i, k in ipairs(BWD_KEYS) do
+    keys[i + 1] = k
+  end
+  local o = util.options(who, opts, keys)
+  local a = {dy = arg(who, "dy", dy), x = arg(who, "h", h), w = arg(who, "w", w, true),
+    rstd = arg(who, "rstd", rstd), dres = arg(who, "dres", o.dres, true),
+    eps = M.eps_opt(who, o.eps, 1e-6), offset = M.offset_opt(who, o.offset),
+    cast = util.choice(who, "cast", o.cast, enums.cast, "llama"),
+    reduce = util.choice(who, "reduce", o.reduce, enums.reduce, "default")}
+  run(M.variant_name(who, "add_rmsnorm", "bwd", o.variant), a, grads(who, o, a))
+  return a.dx, a.dw
+end
+
+return M

@@ -1,0 +1,83 @@
+-- normlab.settings: nl.settings(), nl.set(key, value), nl.get(key): the context's runtime
+-- dispatch and harness settings, whose keys, ranges and docs come from the core.
+local core = require("normlab.binding")
+local util = require("normlab.util")
+
+local M = {}
+
+-- Integer settings come back as integers under Lua 5.4 (1024, not 1024.0).
+local function value_of(v, integer)
+  return integer and math.tointeger and math.tointeger(v) or v
+end
+
+function M.list()
+  local list = {}
+  for i, s in ipairs(core.settings()) do
+    local int = s.integer ~= 0
+    list[i] = {key = s.key, value = value_of(s.value, int), default = value_of(s.def, int),
+      min = value_of(s.min, int), max = value_of(s.max, int), integer = int, doc = s.doc}
+  end
+  return list
+end
+
+local function distance(a, b)
+  local prev = {}
+  for j = 0, #b do
+    prev[j] = j
+  end
+  for i = 1, #a do
+    local cur = {[0] = i}
+    for j = 1, #b do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+-- The setting described by key, or an error that names the closest keys.
+local function setting(who, key)
+  if type(key) ~= "string" then
+    util.failf("%s: setting key must be a string, got %s", who, type(key))
+  end
+  local near = {}
+  for _, s in ipairs(M.list()) do
+    if s.key == key then
+      return s
+    end
+    local d = distance(key, s.key)
+    local last = key:match("[^.]+$")
+    if d <= math.max(2, math.floor(#key / 3)) or last == s.key:match("[^.]+$") then
+      near[#near + 1] = {key = s.key, d = d}
+    end
+  end
+  table.sort(near, function(p, q)
+    return p.d < q.d or (p.d == q.d and p.key < q.key)
+  end)
+  local names = {}
+  for i = 1, math.min(3, #near) do
+    names[i] = "'" .. near[i].key .. "'"
+  end
+  util.failf("%s: unknown setting %s (%s)", who, util.show(key), #names > 0
+    and ("did you mean " .. table.concat(names, " or ") .. "?") or "nl.settings() lists them")
+end
+
+-- nl.set(key, value): booleans are 1 and 0; the core checks the range and integrality.
+function M.set(key, value)
+  setting("set", key)
+  if type(value) == "boolean" then
+    value = value and 1 or 0
+  end
+  if type(value) ~= "number" then
+    util.failf("set: value of '%s' must be a number or a boolean, got %s", key, type(value))
+  end
+  core.set(key, value)
+end
+
+function M.get(key)
+  local integer = setting("get", key).integer
+  return value_of(core.get(key), integer)
+end
+
+return M

@@ -1,0 +1,368 @@
+-- The public API around the ops: library fields, devices, settings, the variant registry,
+-- resolve/supports, nl.run's info, nl.compare's fields, tolerances, every CPU variant against
+-- the fp64 reference, and nl.bench's rows and meta.
+local nl = require("normlab")
+local helper = require("spec.helper")
+
+local cpu = nl.device("cpu")
+local it_cuda = helper.cuda and it or pending
+
+local pool
+local function keep(...)
+  for i = 1, select("#", ...) do
+    local b = select(i, ...)
+    if b ~= nil then
+      pool[#pool + 1] = b
+    end
+  end
+  return ...
+end
+
+before_each(function()
+  pool = {}
+end)
+
+after_each(function()
+  for _, b in ipairs(pool) do
+    b:free()
+  end
+end)
+
+describe("the library", function()
+  it("names its version, binding and CUDA support", function()
+    assert.truthy(nl.version:match("^%d+%.%d+%.%d+"))
+    assert.are.equal(type(rawget(_G, "jit")) == "table" and "ffi" or "c", nl.binding)
+    assert.are.equal("boolean", type(nl.cuda_compiled))
+  end)
+end)
+
+describe("devices", function()
+  it("the CPU device has a name, kind, index and info", function()
+    assert.are.equal("cpu", cpu.name)
+    assert.are.equal("cpu", cpu.kind)
+    assert.are.equal(0, cpu.index)
+    assert.are.equal("string", type(cpu.info.name))
+    assert.is_true(cpu.info.sm_count >= 1)
+    assert.is_true(cpu.info.l2_bytes > 0)
+  end)
+
+  it("one object per device; the default one is listed", function()
+    assert.are.equal(cpu, nl.device("cpu"))
+    assert.are.equal(cpu, nl.devices()[1])
+    local found = false
+    for _, d in ipairs(nl.devices()) do
+      found = found or d == nl.device()
+    end
+    assert.is_true(found)
+    assert.are.equal(helper.cuda or cpu, nl.device("auto"))
+  end)
+
+  it_cuda("#cuda CUDA devices describe themselves and measure a roofline", function()
+    local d = helper.cuda
+    assert.are.equal("cuda", d.kind)
+    assert.are.equal("cuda:" .. d.index, d.name)
+    assert.is_true(d.info.sm_count > 0 and d.info.l2_bytes > 0 and d.info.cc_major >= 7)
+    assert.are.equal(d, nl.device("cuda"))
+    local gbps = d:roofline()
+    assert.is_true(gbps > 100)
+    assert.are.equal(gbps, d:roofline())
+  end)
+end)
+
+describe("settings", function()
+  it("list key, value, default, range, integrality and doc", function()
+    local list = nl.settings()
+    assert.is_true(#list > 0)
+    for _, s in ipairs(list) do
+      assert.are.equal("string", type(s.key))
+      assert.are.equal("string", type(s.doc))
+      assert.is_true(s.min <= s.default and s.default <= s.max, s.key)
+      assert.are.equal("boolean", type(s.integer))
+      assert.are.equal(s.value, nl.get(s.key))
+    end
+  end)
+
+  it("set and get round-trip, integers as integers, booleans as 1 and 0", function()
+    local key = "rmsnorm.fwd.blockrow_max_n"
+    local before = nl.get(key)
+    nl.set(key, 512)
+    assert.are.equal(512, nl.get(key))
+    if math.type then
+      assert.are.equal("integer", math.type(nl.get(key)))
+    end
+    nl.set(key, before)
+    -- A 0/1 switch, whichever the core has.
+    for _, st in ipairs(nl.settings()) do
+      if st.integer and st.min == 0 and st.max == 1 then
+        nl.set(st.key, true)
+        assert.are.equal(1, nl.get(st.key))
+        nl.set(st.key, false)
+        assert.are.equal(0, nl.get(st.key))
+        nl.set(st.key, st.value)
+        break
+      end
+    end
+  end)
+
+  it("steer auto", function()
+    local x, y = keep(cpu:randn({8, 16}), cpu:empty({8, 16}))
+    local args = {x = x, y = y, eps = 1e-6}
+    local before = nl.get("cpu.persistent_min_m")
+    nl.set("cpu.persistent_min_m", 4)
+    assert.are.equal("rmsnorm.fwd.persistent", nl.resolve("rmsnorm.fwd.auto", args))
+    nl.set("cpu.persistent_min_m", 9)
+    assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+    nl.set("cpu.persistent_min_m", before)
+  end)
+end)
+
+describe("the registry", function()
+  it("lists every variant with its fields", function()
+    local list = nl.variants()
+    assert.is_true(#list > 0)
+    local reduces = {default = true, temp = true, partials = true, atomic = true}
+    for _, v in ipairs(list) do
+      assert.are.equal(v.op .. "." .. v.pass .. "." .. v.strategy, v.name)
+      assert.truthy(v.backend == "cpu" or v.backend == "cuda")
+      assert.truthy(reduces[v.default_reduce])
+      for _, r in ipairs(v.reduces) do
+        assert.truthy(reduces[r])
+      end
+      assert.are.equal("string", type(v.summary))
+      assert.are.equal("string", type(v.limits))
+    end
+  end)
+
+  it("filters by op, pass and backend", function()
+    local list = nl.variants({op = "layernorm", pass = "bwd", backend = "cpu"})
+    local names = {}
+    for _, v in ipairs(list) do
+      names[#names + 1] = v.name
+    end
+    assert.are.same({"layernorm.bwd.ref", "layernorm.bwd.row", "layernorm.bwd.persistent",
+      "layernorm.bwd.auto"}, names)
+    helper.raises("unknown option 'kind' for variants (expected: op, pass, backend)",
+      nl.variants, {kind = "x"})
+  end)
+
+  it("supports answers true, or false with a reason, and raises on invalid args", function()
+    local x, w, y = keep(cpu:randn({4, 8}), cpu:full({8}, 1), cpu:empty({4, 8}))
+    assert.is_true(nl.supports("rmsnorm.fwd.row", {x = x, w = w, y = y, eps = 1e-6}))
+    local x64, y64 = keep(cpu:randn({4, 8}, "fp64"), cpu:empty({4, 8}, "fp64"))
+    local ok, why = nl.supports("rmsnorm.fwd.persistent", {x = x64, y = y64, eps = 1e-6})
+    assert.is_false(ok)
+    assert.truthy(why:find("fp64", 1, true))
+    assert.are.equal("rmsnorm.fwd.ref",
+      nl.resolve("rmsnorm.fwd.auto", {x = x64, y = y64, eps = 1e-6}))
+    assert.has_error(function() nl.supports("rmsnorm.fwd.row", {x = x, y = w, eps = 1e-6}) end)
+  end)
+end)
+
+describe("nl.run", function()
+  it("reports what ran and the bytes of the byte model", function()
+    local M, N = 6, 10
+    local x, w, y, rstd = keep(cpu:randn({M, N}), cpu:full({N}, 1), cpu:empty({M, N}),
+      cpu:empty({M}))
+    local info = nl.run("rmsnorm.fwd.row", {x = x, w = w, y = y, rstd = rstd, eps = 1e-6,
+      cast = "gemma"})
+    assert.are.equal("rmsnorm.fwd.row", info.variant)
+    assert.are.equal("cpu", info.backend)
+    assert.are.equal("default", info.reduce)
+    assert.is_true(info.deterministic)
+    assert.are.equal(4 * (M * N + N + M * N + M), info.bytes)
+    assert.are.equal(0, info.extra_bytes)
+    assert.is_true(info.grid >= 1)
+    assert.are.equal("number", type(info.block))
+    assert.are.equal("number", type(info.workspace_bytes))
+  end)
+
+  it("reports the reduction and the scratch of a backward pass", function()
+    local M, N = 8, 16
+    local x, w, dy, rstd, dx, dw = keep(cpu:randn({M, N}), cpu:full({N}, 1), cpu:randn({M, N}),
+      cpu:full({M}, 1), cpu:empty({M, N}), cpu:empty({N}))
+    local info = nl.run("rmsnorm.bwd.row", {x = x, w = w, dy = dy, rstd = rstd, dx = dx, dw = dw,
+      reduce = "temp"})
+    assert.are.equal("temp", info.reduce)
+    assert.is_true(info.workspace_bytes >= 4 * M * N)
+    assert.are.equal(2 * info.workspace_bytes, info.extra_bytes)
+    assert.are.equal("partials", nl.run("rmsnorm.bwd.persistent", {x = x, w = w, dy = dy,
+      rstd = rstd, dx = dx, dw = dw}).reduce)
+  end)
+end)
+
+describe("nl.compare", function()
+  it("gives the error statistics with a 1-based worst index", function()
+    local ref = keep(cpu:from_table({1, 2, 3, 4, 5}, "fp64"))
+    local a = keep(cpu:from_table({1, 2, 3.5, 4, 5}))
+    local c = nl.compare(a, ref, {atol = 0, rtol = 0.1})
+    assert.are.equal(5, c.n)
+    assert.are.equal(1, c.n_bad)
+    assert.are.equal(0, c.n_nan)
+    assert.are.equal(3, c.worst)
+    assert.are.equal(0.5, c.max_abs)
+    assert.are.equal(0.5 / 3, c.max_rel)
+    assert.are.equal(3.5, c.a_worst)
+    assert.are.equal(3, c.ref_worst)
+    assert.is_true(c.ulp_max > 0 and c.ulp_p50 == 0)
+    assert.is_true(c.rms_ref > 0)
+    assert.is_false(c.ok)
+    assert.truthy(tostring(c):match("^FAIL n=5 bad=1 nan=0 "))
+  end)
+
+  it("counts NaN mismatches and defaults to the dtype's tolerance", function()
+    local ref = keep(cpu:from_table({1, 2, 3}, "fp64"))
+    local a = keep(cpu:from_table({1, 0 / 0, 3}, "bf16"))
+    local c = nl.compare(a, ref)
+    assert.are.equal(1, c.n_nan)
+    assert.are.equal(2, c.worst)
+    local atol, rtol = nl.tolerance("bf16", "y")
+    assert.are.equal(atol, c.atol)
+    assert.are.equal(rtol, c.rtol)
+    assert.is_true(nl.compare(ref, ref).ok)
+  end)
+
+  it("refuses different shapes", function()
+    local a, b = keep(cpu:empty({2, 3}), cpu:empty({3, 2}))
+    helper.raises("compare: shapes differ ([2, 3] against [3, 2])", nl.compare, a, b)
+  end)
+
+  it_cuda("#cuda compares a GPU buffer with a CPU reference", function()
+    local ref = keep(cpu:randn({7, 37}, "fp64", {seed = 4}))
+    local g = keep(ref:to(helper.cuda, "bf16"))
+    local c = nl.compare(g, ref)
+    assert.is_true(c.ok)
+    assert.is_true(c.ulp_max <= 0.5)
+  end)
+end)
+
+describe("nl.tolerance", function()
+  it("is per dtype and output; dw and db grow with sqrt(M)", function()
+    local a32, r32 = nl.tolerance("fp32", "y")
+    local a16 = nl.tolerance("bf16", "y")
+    assert.is_true(a32 < a16 and r32 > 0)
+    local d1, dr1 = nl.tolerance("bf16", "dw", 1)
+    local d4, dr4 = nl.tolerance("bf16", "dw", 4)
+    assert.are.equal(2 * d1, d4)
+    assert.are.equal(dr1, dr4)
+    helper.raises("tolerance: unknown output 'z' "
+      .. "(expected y, residual_out, dx, rstd, mean, dw, db)",
+      nl.tolerance, "fp32", "z")
+  end)
+end)
+
+-- Every CPU strategy of every op and pass against the fp64 oracle, on shapes with tails.
+describe("CPU variants against the fp64 reference", function()
+  local ops = {
+    rmsnorm = function(v, x, r, w, dy, o)
+      local y, rstd = nl.rmsnorm(x, w, {variant = v, cast = o.cast})
+      local dx, dw = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = v, cast = o.cast})
+      return {y = y, rstd = rstd, dx = dx, dw = dw}
+    end,
+    layernorm = function(v, x, r, w, dy)
+      local y, mean, rstd = nl.layernorm(x, w, r, {variant = v})
+      local dx, dw, db = nl.layernorm_bwd(dy, x, w, r, mean, rstd, {variant = v})
+      return {y = y, mean = mean, rstd = rstd, dx = dx, dw = dw, db = db}
+    end,
+    add_rmsnorm = function(v, x, r, w, dy, o)
+      local y, h, rstd = nl.add_rmsnorm(x, r, w, {variant = v, cast = o.cast})
+      local dx, dw = nl.add_rmsnorm_bwd(dy, h, w, rstd, {variant = v, dres = dy, cast = o.cast})
+      return {y = y, residual_out = h, rstd = rstd, dx = dx, dw = dw}
+    end,
+  }
+  local grid = helper.grid({M = {1, 7, 37}, N = {1, 37, 199}, dtype = {"fp32", "bf16", "fp16"},
+    cast = {"llama", "gemma"}})
+  for _, op in ipairs({"rmsnorm", "layernorm", "add_rmsnorm"}) do
+    for _, strategy in ipairs({"row", "persistent"}) do
+      it(op .. " " .. strategy, function()
+        for _, g in ipairs(grid) do
+          local seed = 100 * g.M + g.N
+          local x = keep(cpu:randn({g.M, g.N}, g.dtype, {seed = seed}))
+          local r = keep(cpu:randn({g.N}, "fp32", {seed = seed + 1, std = 0.1}))
+          if op == "add_rmsnorm" then
+            r = keep(cpu:randn({g.M, g.N}, g.dtype, {seed = seed + 1}))
+          end
+          local w = keep(cpu:randn({g.N}, "fp32", {seed = seed + 2, mean = 1, std = 0.1}))
+          local dy = keep(cpu:randn({g.M, g.N}, g.dtype, {seed = seed + 3}))
+          local got = ops[op](strategy, x, r, w, dy, g)
+          local want = ops[op]("ref", keep(x:to(cpu, "fp64")), keep(r:to(cpu, "fp64")),
+            keep(w:to(cpu, "fp64")), keep(dy:to(cpu, "fp64")), g)
+          for name, b in pairs(got) do
+            keep(b, want[name])
+            assert.allclose(b, want[name], {output = name, dtype = g.dtype, M = g.M, seed = seed})
+          end
+        end
+      end)
+    end
+  end
+end)
+
+describe("nl.bench", function()
+  it("sweeps a grid into ok rows with checks, and meta", function()
+    local r = nl.bench({op = "rmsnorm.bwd", variants = {"row", "persistent", "auto"}, M = {7, 64},
+      N = 37, dtype = {"fp32", "bf16"}, device = "cpu", batches = 2, reps = 2, warmup_ms = 1,
+      progress = false, seed = 1})
+    assert.are.equal(2 * 2 * 3, #r.rows)
+    for _, row in ipairs(r.rows) do
+      assert.are.equal("ok", row.status, tostring(row.reason))
+      assert.are.equal("rmsnorm", row.op)
+      assert.are.equal("bwd", row.pass)
+      assert.are.equal(37, row.N)
+      assert.truthy(row.resolved:match("^rmsnorm%.bwd%.%a+$"))
+      assert.is_true(row.ms > 0 and row.min_ms <= row.ms and row.ms <= row.max_ms)
+      assert.is_true(row.gbps > 0 and row.bytes > 0 and row.pct > 0)
+      assert.is_true(row.check.dx.ok and row.check.dw.ok)
+      assert.are.equal("boolean", type(row.deterministic))
+      assert.are.equal("string", type(row.reduce))
+    end
+    local m = r.meta
+    assert.are.equal("cpu", m.device)
+    assert.is_true(m.roofline_gbps > 0)
+    assert.are.equal("rotate", m.mode)
+    assert.is_false(m.graph)
+    assert.are.equal(nl.version, m.version)
+    assert.are.equal(nl.binding, m.binding)
+    assert.are.equal(nl.get("cpu.threads"), m.settings["cpu.threads"])
+    assert.are.equal("string", type(m.date))
+  end)
+
+  it("turns unsupported cells into skip rows and reports progress", function()
+    local calls = {}
+    local r = nl.bench({op = "layernorm", variants = {"row", "ref"}, M = 4, N = 8,
+      dtype = {"fp64"}, device = "cpu", batches = 1, reps = 1, warmup_ms = 1,
+      progress = function(done, total, label)
+        calls[#calls + 1] = {done, total, label}
+      end})
+    assert.are.equal("skip", r.rows[1].status)
+    assert.truthy(r.rows[1].reason:find("fp64", 1, true))
+    assert.are.equal("ok", r.rows[2].status)
+    assert.are.same({0, 2, "layernorm.fwd row M=4 N=8 fp64"}, calls[1])
+    assert.are.same({2, 2, "done"}, calls[#calls])
+    -- fp8 cannot even make the cell's rstd: the core's error becomes the skip reason.
+    local r8 = nl.bench({op = "rmsnorm.bwd", variants = {"row", "persistent"}, M = 2, N = 4,
+      dtype = "fp8e4m3", device = "cpu", progress = false})
+    for _, row in ipairs(r8.rows) do
+      assert.are.equal("skip", row.status)
+      assert.truthy(row.reason:match("^rmsnorm%.fwd%.%a+: dtype fp8e4m3 is not supported"),
+        row.reason)
+    end
+  end)
+
+  it("checks its options", function()
+    helper.raises("unknown option 'Ns' for bench (expected: op, variants, M, N, dtype, device, "
+      .. "weight, cast, offset, eps, reduce, check, mode, graph, batches, reps, warmup_ms, "
+      .. "batch_ms, progress, seed)", nl.bench, {op = "rmsnorm", Ns = 1})
+    helper.raises("bench: option 'cast' applies to rmsnorm and add_rmsnorm, not layernorm",
+      nl.bench, {op = "layernorm.bwd", M = 1, N = 1, cast = "gemma", device = "cpu"})
+    helper.raises("bench: option 'M' must hold positive integers, got {0}",
+      nl.bench, {op = "rmsnorm.bwd", M = {0}, N = 1})
+  end)
+
+  it_cuda("#cuda benchmarks CUDA variants checked against the CPU reference", function()
+    local r = nl.bench({op = "rmsnorm.bwd", M = {37, 1024}, N = {199, 1024}, dtype = {"bf16"},
+      device = helper.cuda, batches = 2, warmup_ms = 5, batch_ms = 2, progress = false})
+    for _, row in ipairs(r.rows) do
+      assert.truthy(row.status == "ok" or row.status == "skip", row.variant .. ": "
+        .. tostring(row.reason))
+    end
+  end)
+end)

@@ -1,0 +1,98 @@
+-- Shared by the specs; loaded by busted before them (.busted: helper), and by specs through
+-- require("spec.helper") for its functions.
+--
+--   assert.allclose(a, ref [, opts])   a close to ref by nl.compare; opts: atol, rtol (default
+--       nl.tolerance(dtype, output, M)), dtype (the op's activation dtype, default a's),
+--       output ("y", "dx", "dw", ...; default "y"), M (rows summed into dw/db), seed (printed
+--       on failure with the Cmp numbers, so a failure can be replayed).
+--   helper.grid{M = {...}, N = {...}, dtype = {...}}  the cartesian product as a list of
+--       {M =, N =, dtype =} tables, in a fixed order.
+--   helper.ODD                        sizes that catch tail handling (1, 7, 37, ...).
+--   helper.cuda                       the first CUDA device, or nil. Specs tag GPU tests
+--                                     "#cuda" and register them with
+--                                     `local it_cuda = helper.cuda and it or pending`, so that
+--                                     they show as pending on a machine without a GPU.
+--   helper.flat(buf)                  the values of a buffer as one flat list.
+--   helper.raises(msg, fn, ...)       fn(...) raises exactly msg, reported at the user's line:
+--                                     the spec's when fn is a closure written there, this
+--                                     file's pcall when fn is a library function, never a line
+--                                     inside the library.
+local assert = require("luassert")
+local say = require("say")
+local nl = require("normlab")
+
+local helper = {}
+
+helper.ODD = {1, 7, 37, 111, 199, 1023, 1025, 4097}
+
+for _, d in ipairs(nl.devices()) do
+  if d.kind == "cuda" then
+    helper.cuda = d
+    break
+  end
+end
+
+function helper.flat(b)
+  return b:read(0, #b)
+end
+
+function helper.raises(msg, fn, ...)
+  local ok, err = pcall(fn, ...)
+  assert.is_false(ok, "expected an error: " .. msg)
+  local file, text = tostring(err):match("^(.-):%d+: (.*)$")
+  assert.are.equal(msg, text)
+  if file ~= debug.getinfo(1, "S").short_src then
+    assert.are.equal(debug.getinfo(2, "S").short_src, file)
+  end
+end
+
+-- Keys in sorted order so that the product is the same on every run and interpreter.
+function helper.grid(axes)
+  local keys = {}
+  for k in pairs(axes) do
+    keys[#keys + 1] = k
+  end
+  table.sort(keys)
+  local cells = {{}}
+  for _, k in ipairs(keys) do
+    local values = type(axes[k]) == "table" and axes[k] or {axes[k]}
+    local next_cells = {}
+    for _, cell in ipairs(cells) do
+      for _, v in ipairs(values) do
+        local c = {}
+        for ck, cv in pairs(cell) do
+          c[ck] = cv
+        end
+        c[k] = v
+        next_cells[#next_cells + 1] = c
+      end
+    end
+    cells = next_cells
+  end
+  return cells
+end
+
+local function allclose(state, arguments)
+  local a, ref, opts = arguments[1], arguments[2], arguments[3] or {}
+  local atol, rtol = opts.atol, opts.rtol
+  if atol == nil or rtol == nil then
+    local rows = a.ndim == 2 and a.shape[1] or 1
+    local ta, tr = nl.tolerance(opts.dtype or a.dtype, opts.output or "y", opts.M or rows)
+    atol, rtol = atol or ta, rtol or tr
+  end
+  local cmp = nl.compare(a, ref, {atol = atol, rtol = rtol})
+  -- Replace the arguments by one preformatted line: luassert prints them in its message.
+  arguments.n = 1
+  arguments[1] = string.format("%s %s (seed %s): %s", opts.output or "y", opts.dtype or a.dtype,
+    tostring(opts.seed or a.seed), tostring(cmp))
+  arguments[2], arguments[3] = nil, nil
+  arguments.nofmt = {true}
+  return cmp.ok
+end
+
+say:set("assertion.allclose.positive", "Expected buffers to be close:\n%s")
+say:set("assertion.allclose.negative", "Expected buffers to differ:\n%s")
+assert:register("assertion", "allclose", allclose, "assertion.allclose.positive",
+  "assertion.allclose.negative")
+
+return helper
