@@ -39,6 +39,8 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent forward: preferred threads per CTA (rows per CTA = block / threads per row)"},
   [NL_SET_RMS_FWD_CTAS_PER_SM] = {"rmsnorm.fwd.ctas_per_sm", 0, 0, 64, 1,
     "CUDA persistent forward: CTAs per SM (0: as many as fit)"},
+  [NL_SET_RMS_FWD_PREFETCH] = {"rmsnorm.fwd.prefetch", 1, 0, 1, 1,
+    "CUDA persistent forward: 1 keeps the weight in registers and prefetches the next row, 0 neither"},
   [NL_SET_RMS_BWD_BLOCKROW_MAX_N] = {"rmsnorm.bwd.blockrow_max_n", 0, 0, 1 << 24, 1,
     "CUDA auto backward: blockrow for N up to this (0: never)"},
   [NL_SET_RMS_BWD_PERSISTENT_MIN_M] = {"rmsnorm.bwd.persistent_min_m", 1, 1, 1e12, 1,
@@ -49,6 +51,8 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent and partials backward: preferred threads per CTA"},
   [NL_SET_RMS_BWD_CTAS_PER_SM] = {"rmsnorm.bwd.ctas_per_sm", 0, 0, 64, 1,
     "CUDA persistent backward: CTAs per SM (0: as many as fit)"},
+  [NL_SET_RMS_BWD_ACC] = {"rmsnorm.bwd.acc", 2, 0, 2, 1,
+    "CUDA persistent and partials backward: dW in 0 registers, 1 shared memory, 2 shared memory with a next-row prefetch"},
   [NL_SET_RMS_BWD_FUSED_REDUCE] = {"rmsnorm.bwd.fused_reduce", 1, 0, 1, 1,
     "CUDA persistent backward: 1 reduces dW in the same kernel after a grid barrier, 0 launches the reduce kernel"},
 };

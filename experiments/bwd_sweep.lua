@@ -26,6 +26,5 @@ if not variants then
   end
 end
 
-local r = nl.bench(cli.bench_opts(args, {op = "rmsnorm.bwd", device = dev, variants = variants,
-  weight = "fp32"}))
+local r = nl.bench(cli.bench_opts(args, {op = "rmsnorm.bwd", device = dev, variants = variants}))
 cli.emit(r, args, {speedup = {"persistent", "row"}})

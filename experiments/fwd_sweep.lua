@@ -22,6 +22,5 @@ if not variants then
   end
 end
 
-local r = nl.bench(cli.bench_opts(args, {op = "rmsnorm.fwd", device = dev, variants = variants,
-  weight = "fp32"}))
+local r = nl.bench(cli.bench_opts(args, {op = "rmsnorm.fwd", device = dev, variants = variants}))
 cli.emit(r, args, {speedup = {"auto", "row"}})

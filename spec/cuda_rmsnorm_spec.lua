@@ -122,11 +122,18 @@ end
 -- variant does not take this shape.
 local function check_fwd(p, variant)
   local op = p.add and "add_rmsnorm" or "rmsnorm"
-  local ok, why = nl.supports(op .. ".fwd." .. variant, fwd_args(p))
+  local y, rstd = poisoned({p.M, p.N}, p.dtype), poisoned({p.M}, "fp32")
+  local probe = fwd_args(p)
+  probe.y, probe.rstd = y, rstd
+  if p.add then
+    probe.residual_out = y:to(cuda)
+  end
+  local ok, why = nl.supports(op .. ".fwd." .. variant, probe)
+  free(probe.residual_out)
   if not ok then
+    free(y, rstd)
     return false, why
   end
-  local y, rstd = poisoned({p.M, p.N}, p.dtype), poisoned({p.M}, "fp32")
   local what = label(p, variant, "fwd")
   if p.add then
     local h = poisoned({p.M, p.N}, p.dtype)
@@ -260,13 +267,13 @@ describe("CUDA rmsnorm #cuda", function()
   it_cuda("add_rmsnorm in place: residual_out over residual", function()
     local p = problem(199, 4096, "bf16", {add = true})
     reference(p)
-    for _, v in ipairs(FWD) do
+    for _, v in ipairs({"row", "persistent", "auto"}) do
       local res, y = p.gres:to(cuda), poisoned({p.M, p.N}, p.dtype)
-      local y2, h = nl.add_rmsnorm(p.gx, res, p.gw, {variant = v, inplace = true, out = y})
+      local y2, h, rstd = nl.add_rmsnorm(p.gx, res, p.gw, {variant = v, inplace = true, out = y})
       assert.are.equal(res, h)
       assert.allclose(h, p.rh, {output = "residual_out", seed = v})
       assert.allclose(y2, p.ry, {output = "y", seed = v})
-      free(res, y)
+      free(res, y, rstd)
     end
     release(p)
   end)
@@ -293,8 +300,10 @@ describe("CUDA rmsnorm #cuda", function()
       reference(p)
       for _, items in ipairs({1, 2, 4, 8}) do
         for _, block in ipairs({32, 128, 1024}) do
+          local flavor = (items + block) % 3
           with_settings({["rmsnorm.fwd.items"] = items, ["rmsnorm.bwd.items"] = items,
             ["rmsnorm.fwd.block"] = block, ["rmsnorm.bwd.block"] = block,
+            ["rmsnorm.fwd.prefetch"] = flavor % 2, ["rmsnorm.bwd.acc"] = flavor,
             ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2}, function()
             for _, v in ipairs(FWD) do
               check_fwd(p, v)

@@ -218,9 +218,9 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int elt, RowMode mode, BlockLi
     c.items = items;
     c.group = group;
     if (mode == WARP_ROWS) {
-      if (group > 32)
+      if (group > 32 || limits(items) < group)
         continue;
-      c.block = BLOCKROW_BLOCK;
+      c.block = BLOCKROW_BLOCK < limits(items) ? BLOCKROW_BLOCK : limits(items);
       return c;
     }
     if (mode == CTA_ROWS) {

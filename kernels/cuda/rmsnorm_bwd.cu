@@ -418,7 +418,8 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
   const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
   /* blockrow keeps dW in registers; the others in shared memory when a row of it fits (else
    * the looping kernel), and the looping strategies prefetch when that layout fits. */
-  p->flavor = m == BLOCKROW ? ACC_REGS : m == ROW ? ACC_SMEM : ACC_SMEM_PREFETCH;
+  p->flavor = m == BLOCKROW ? ACC_REGS : m == ROW ? ACC_SMEM
+            : k->flavor >= ACC_REGS && k->flavor <= ACC_SMEM_PREFETCH ? k->flavor : ACC_SMEM_PREFETCH;
   p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, MAX_ACC_SMEM);
   if (p->c.items == 0 && p->flavor == ACC_SMEM_PREFETCH) {
     p->flavor = ACC_SMEM;

@@ -246,7 +246,7 @@ int launch(nlk_norm *k, Mapping m)
     using T = decltype(t);
     const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
     /* persistent prefetches when the row fits the prefetching layout, else runs plain */
-    bool prefetch = m == PERSISTENT;
+    bool prefetch = m == PERSISTENT && k->flavor != 0;
     RowCfg c = row_cfg(k, sizeof(T), mode, FWD_LIMITS_PREFETCH, k->block_pref, INT64_MAX);
     if (!prefetch || c.items == 0) {
       prefetch = false;

@@ -144,9 +144,9 @@ local DEFAULTS = {M = "4096", N = "1024,2048,4096,8192", dtypes = "bf16", mode =
 function cli.parser(description, defaults, name)
   defaults = defaults or {}
   for k in pairs(defaults) do
-    if not member({"M", "N", "dtypes", "variants", "mode", "batches", "seed", "device"}, k) then
+    if not member({"M", "N", "dtypes", "variants", "mode", "batches", "seed", "device", "weight"}, k) then
       error(format("cli.parser: no default for '%s' (M, N, dtypes, variants, mode, batches, " ..
-        "seed, device)", tostring(k)), 2)
+        "seed, device, weight)", tostring(k)), 2)
     end
   end
   local function def(k) return defaults[k] or DEFAULTS[k] end
@@ -167,6 +167,9 @@ function cli.parser(description, defaults, name)
     :argname("<list>"):default(def("dtypes")):convert(converter(cli.name_list, "--dtypes", cli.DTYPES))
   p:option("--variants", "Variants (strategies or full names), comma list.")
     :argname("<list>"):default(defaults.variants):convert(converter(cli.name_list, "--variants"))
+  p:option("--weight", "Weight dtype: fp32, x (the activation dtype) or none.")
+    :argname("<kind>"):default(defaults.weight or "x")
+    :convert(converter(one_of({"fp32", "x", "none"}), "--weight"))
   p:option("--mode", "Timing mode: rotate, flush or hot.")
     :argname("<mode>"):default(def("mode")):convert(converter(one_of(cli.MODES), "--mode"))
   p:flag("--graph", "Capture each timed batch in a CUDA graph.")
@@ -220,6 +223,7 @@ function cli.bench_opts(args, base)
   o.dtype = args.dtypes or o.dtype
   o.variants = args.variants or o.variants
   o.mode = args.mode or o.mode
+  o.weight = args.weight or o.weight
   if args.graph then o.graph = true end
   o.batches = args.batches or o.batches
   o.seed = args.seed or o.seed
