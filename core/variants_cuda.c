@@ -40,7 +40,6 @@ static void tune_fwd(const nl_ctx *ctx, nlk_norm *k)
   k->items = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_ITEMS);
   k->block_pref = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_BLOCK);
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_CTAS_PER_SM);
-  k->flavor = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_PREFETCH);
 }
 
 static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
@@ -49,7 +48,7 @@ static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
   k->block_pref = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_BLOCK);
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_CTAS_PER_SM);
   k->fused_reduce = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_FUSED_REDUCE);
-  k->flavor = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_ACC);
+  k->prefetch = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_PREFETCH);
 }
 
 /* auto: blockrow up to blockrow_max_n (when a warp holds the row), then persistent from

@@ -26,5 +26,7 @@ if not variants then
   end
 end
 
-local r = nl.bench(cli.bench_opts(args, {op = "rmsnorm.bwd", device = dev, variants = variants}))
+-- Weights in x's dtype, as in the anchors (HF models keep the norm weight in the model dtype).
+local r = nl.bench(cli.bench_opts(args, {op = "rmsnorm.bwd", device = dev, variants = variants,
+  weight = "x"}))
 cli.emit(r, args, {speedup = {"persistent", "row"}})

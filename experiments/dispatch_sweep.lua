@@ -67,7 +67,7 @@ for i, combo in ipairs(combos) do
     nl.set(kv[1], kv[2])
   end
   io.stderr:write(string.format("[combination %d/%d] %s\n", i, #combos, label(combo)))
-  local ok, r = pcall(nl.bench, cli.bench_opts(args, {op = args.op, device = dev}))
+  local ok, r = pcall(nl.bench, cli.bench_opts(args, {op = args.op, device = dev, weight = "x"}))
   for _, kv in ipairs(saved) do
     nl.set(kv[1], kv[2])
   end

@@ -22,5 +22,6 @@ if not variants then
   end
 end
 
-local r = nl.bench(cli.bench_opts(args, {op = "rmsnorm.fwd", device = dev, variants = variants}))
+local r = nl.bench(cli.bench_opts(args, {op = "rmsnorm.fwd", device = dev, variants = variants,
+  weight = "x"}))
 cli.emit(r, args, {speedup = {"auto", "row"}})

@@ -37,17 +37,19 @@ struct BwdArgs {
   float offset;
 };
 
-/* Where a kernel keeps dW: in registers (blockrow: one row per group, groups summed through
- * shared memory at the end), or in shared memory, one row of N floats per group (row,
- * partials, persistent), which leaves the registers to x and dy, and with the prefetch of
- * the next row (partials, persistent). */
-enum Flavor { ACC_REGS, ACC_SMEM, ACC_SMEM_PREFETCH };
+/* How a kernel reduces dW. DIRECT (row: one row per CTA) stores each row's contribution
+ * straight into its row of the temp; REGS (blockrow: one row per group, several groups per
+ * CTA) adds in registers and sums the groups through shared memory at the end; LOOP
+ * (partials, persistent) strides over rows and accumulates in shared memory, one row of N
+ * floats per group, leaving the registers to x and dy; LOOP_PREFETCH also loads each
+ * group's next row before working on the current one, into a second register set. */
+enum Flavor { DIRECT, REGS, LOOP, LOOP_PREFETCH };
 
 /* The largest block per flavor and items, from ptxas's register counts for bf16 (the
- * hungriest dtype) so that nothing spills. */
-constexpr BlockLimits BWD_LIMITS[3] = {{{1024, 512, 256, 128}}, {{1024, 512, 512, 256}},
-                                       {{512, 512, 256, 128}}};
-/* Shared memory for the dW accumulators: rows per CTA x N floats. */
+ * hungriest dtype) so that nothing spills; 0: no kernel with that many packs. */
+constexpr BlockLimits BWD_LIMITS[4] = {{{1024, 1024, 512, 256}}, {{1024, 512, 512, 256}},
+                                       {{1024, 512, 512, 128}}, {{512, 512, 128, 0}}};
+/* Shared memory for the LOOP accumulators: rows per CTA x N floats. */
 constexpr int64_t MAX_ACC_SMEM = 200 * 1024;
 
 template <typename T>
@@ -85,58 +87,172 @@ __device__ void reduce_slice(const BwdArgs &a, float *red)
   }
 }
 
-/* Adds VEC contributions to a dW accumulator row in shared memory, 16 bytes at a time when
- * the pack allows (rows start at multiples of N floats, and VEC divides N). */
-template <int VEC>
-__device__ __forceinline__ void acc_add(float *acc, int v, const float (&c)[VEC])
+/* Adds VEC floats at column v*VEC of a row of floats, 16 bytes at a time when VEC allows
+ * (rows start at multiples of N floats, and VEC divides N). ADD: += into shared memory;
+ * otherwise a plain store (DIRECT, into global memory). */
+template <int VEC, bool ADD>
+__device__ __forceinline__ void put_floats(float *row, int v, const float (&c)[VEC])
 {
   if (VEC % 4 == 0) {
 #pragma unroll
     for (int q = 0; q < VEC / 4; q++) {
-      float4 *p = reinterpret_cast<float4 *>(acc + v * VEC) + q;
-      float4 t = *p;
-      t.x += c[4 * q];
-      t.y += c[4 * q + 1];
-      t.z += c[4 * q + 2];
-      t.w += c[4 * q + 3];
+      float4 *p = reinterpret_cast<float4 *>(row + v * VEC) + q;
+      float4 t = make_float4(c[4 * q], c[4 * q + 1], c[4 * q + 2], c[4 * q + 3]);
+      if (ADD) {
+        const float4 o = *p;
+        t.x += o.x;
+        t.y += o.y;
+        t.z += o.z;
+        t.w += o.w;
+      }
       *p = t;
     }
   } else {
 #pragma unroll
     for (int j = 0; j < VEC; j++)
-      acc[v * VEC + j] += c[j];
+      row[v * VEC + j] = ADD ? row[v * VEC + j] + c[j] : c[j];
   }
 }
 
-template <typename T, int VEC, int ITEMS, int FLAVOR>
-__global__ void __launch_bounds__(BWD_LIMITS[FLAVOR](ITEMS)) rms_bwd(BwdArgs a)
+template <typename T, int VEC, int ITEMS>
+__device__ __forceinline__ void load_in(const BwdArgs &a, int64_t row, int lane, int G, int nvec,
+                                        Pack<T, VEC> (&xv)[ITEMS], Pack<T, VEC> (&gv)[ITEMS], float &r)
 {
-  constexpr bool PREFETCH = FLAVOR == ACC_SMEM_PREFETCH, SMEM = FLAVOR != ACC_REGS;
-  const int G = a.group;
-  const int R = blockDim.x / G, grp = threadIdx.x / G, lane = threadIdx.x % G;
-  const int nvec = a.N / VEC;
-  const float inv_n = 1.f / (float)a.N;
+  load_row<T, VEC, ITEMS>(a.x, row, a.sx, lane, G, nvec, xv);
+  load_row<T, VEC, ITEMS>(a.dy, row, a.sdy, lane, G, nvec, gv);
+  r = a.rstd[row];
+}
+
+/* One row: s = sum(dy * W * xhat) reduced over the group (every thread of the CTA calls
+ * this the same number of times), dx = r * (dy * W - xhat * s / N) (+ dres), and the row's
+ * dW contribution dy * xhat (xhat rounded to T as the forward used it, except in gemma
+ * mode) handed to the flavor's accumulator. The weight is re-read from L1 when needed. */
+template <typename T, int VEC, int ITEMS, int FL>
+__device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool active, int lane,
+                                        int G, int nvec, const Pack<T, VEC> (&xv)[ITEMS],
+                                        const Pack<T, VEC> (&gv)[ITEMS], float r,
+                                        float (&dwr)[ITEMS][VEC], float *acc, float (*red)[32],
+                                        int &parity)
+{
+  float s = 0.f;
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++) {
+      const int v = lane + i * G;
+      if (v < nvec) {
+        float W[VEC];
+        load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+          s += to_f(gv[i].v[j]) * W[j] * to_f(xv[i].v[j]);
+      }
+    }
+    s *= r;
+  }
+  s = group_reduce(s, G, red, parity);
+  if (!active)
+    return;
+  const float c = s * (1.f / (float)a.N);
+  const bool dw_wanted = a.partials || a.accum;
+#pragma unroll
+  for (int i = 0; i < ITEMS; i++) {
+    const int v = lane + i * G;
+    if (v < nvec) {
+      Pack<T, VEC> o, dr;
+      float W[VEC], contrib[VEC];
+      load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
+      if (a.dres)
+        dr = load<T, VEC>(a.dres, row, a.sdres, v);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) {
+        const float dy = to_f(gv[i].v[j]), xh = to_f(xv[i].v[j]) * r;
+        float dx = r * (dy * W[j] - xh * c);
+        if (a.dres)
+          dx += to_f(dr.v[j]);
+        o.v[j] = from_f<T>(dx);
+        contrib[j] = dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
+      }
+      store<T, VEC>(a.dx, row, a.sdx, v, o);
+      if (!dw_wanted)
+        continue;
+      if (FL == DIRECT) {
+        if (a.partials) {
+          put_floats<VEC, false>(a.partials + (int64_t)blockIdx.x * a.N, v, contrib);
+        } else {
+#pragma unroll
+          for (int j = 0; j < VEC; j++)
+            atomicAdd(a.accum + v * VEC + j, contrib[j]);
+        }
+      } else if (FL == REGS) {
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+          dwr[i][j] += contrib[j];
+      } else {
+        put_floats<VEC, true>(acc, v, contrib);
+      }
+    }
+  }
+}
+
+/* This CTA's dW row into its partial row (or the atomic accumulator). */
+__device__ __forceinline__ void emit(const BwdArgs &a, int col, float v)
+{
+  if (a.partials)
+    a.partials[(int64_t)blockIdx.x * a.N + col] = v;
+  else
+    atomicAdd(a.accum + col, v);
+}
+
+template <typename T, int VEC, int ITEMS, int FL>
+__global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd(BwdArgs a)
+{
+  const int G = a.group, R = blockDim.x / G, grp = threadIdx.x / G;
+  const int lane = threadIdx.x % G, nvec = a.N / VEC;
   const bool dw_wanted = a.partials || a.accum;
   extern __shared__ __align__(16) float dyn[];
   __shared__ float red[2][32];
   int parity = 0;
-  float dwr[ITEMS][VEC]; /* ACC_REGS: dW in registers */
+  float dwr[ITEMS][VEC];
   float *acc = dyn + (int64_t)grp * a.N;
+  Pack<T, VEC> xa[ITEMS], ga[ITEMS];
+  float ra = 0.f;
 
-  if (SMEM) {
-    if (dw_wanted) {
-      for (int c = threadIdx.x; c < R * a.N; c += blockDim.x)
-        dyn[c] = 0.f;
-      __syncthreads();
-    }
-  } else {
+  if constexpr (FL == DIRECT || FL == REGS) {
+    /* one row per group */
+    const int64_t row = (int64_t)blockIdx.x * R + grp;
+    const bool active = row < a.M;
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
 #pragma unroll
       for (int j = 0; j < VEC; j++)
         dwr[i][j] = 0.f;
+    if (active)
+      load_in<T, VEC, ITEMS>(a, row, lane, G, nvec, xa, ga, ra);
+    process<T, VEC, ITEMS, FL>(a, row, active, lane, G, nvec, xa, ga, ra, dwr, acc, red, parity);
+    if constexpr (FL == REGS) {
+      if (!dw_wanted)
+        return;
+      /* the groups' dW summed in group order through shared memory */
+      for (int g = 0; g < R; g++) {
+        if (grp == g)
+#pragma unroll
+          for (int i = 0; i < ITEMS; i++) {
+            const int v = lane + i * G;
+            if (v < nvec)
+#pragma unroll
+              for (int j = 0; j < VEC; j++)
+                dyn[v * VEC + j] = (g ? dyn[v * VEC + j] : 0.f) + dwr[i][j];
+          }
+        __syncthreads();
+      }
+      for (int col = threadIdx.x; col < a.N; col += blockDim.x)
+        emit(a, col, dyn[col]);
+    }
+    return;
   }
 
+  /* LOOP, LOOP_PREFETCH: stride over rows (or walk a contiguous chunk) with a trip count
+   * uniform across the CTA; idle groups still join the barriers. */
   int64_t begin, end, step;
   if (a.chunk > 0) {
     begin = (int64_t)blockIdx.x * a.chunk;
@@ -147,133 +263,50 @@ __global__ void __launch_bounds__(BWD_LIMITS[FLAVOR](ITEMS)) rms_bwd(BwdArgs a)
     end = a.M;
     step = (int64_t)gridDim.x * R;
   }
-  Pack<T, VEC> xv[ITEMS], gv[ITEMS];
-  float r = 0.f;
-  if (begin + grp < end) {
-    load_row<T, VEC, ITEMS>(a.x, begin + grp, a.sx, lane, G, nvec, xv);
-    load_row<T, VEC, ITEMS>(a.dy, begin + grp, a.sdy, lane, G, nvec, gv);
-    r = a.rstd[begin + grp];
+  if (dw_wanted) {
+    for (int c = threadIdx.x; c < R * a.N; c += blockDim.x)
+      dyn[c] = 0.f;
+    __syncthreads();
   }
-  /* Uniform trip count across the CTA: idle groups still join shuffles and barriers. */
-  for (int64_t base = begin; base < end; base += step) {
-    const int64_t row = base + grp, next = row + step;
-    const bool active = row < end;
-    Pack<T, VEC> nx[ITEMS], ng[ITEMS];
-    float nr = 0.f;
-    if (PREFETCH && next < end) {
-      load_row<T, VEC, ITEMS>(a.x, next, a.sx, lane, G, nvec, nx);
-      load_row<T, VEC, ITEMS>(a.dy, next, a.sdy, lane, G, nvec, ng);
-      nr = a.rstd[next];
+  int64_t base = begin;
+  if (base + grp < end)
+    load_in<T, VEC, ITEMS>(a, base + grp, lane, G, nvec, xa, ga, ra);
+  if (FL == LOOP_PREFETCH) {
+    /* register sets a and b take turns: one holds the current row, the other receives the
+     * next, so no copy has to wait for the loads */
+    Pack<T, VEC> xb[ITEMS], gb[ITEMS];
+    float rb = 0.f;
+    while (base < end) {
+      if (base + step + grp < end)
+        load_in<T, VEC, ITEMS>(a, base + step + grp, lane, G, nvec, xb, gb, rb);
+      process<T, VEC, ITEMS, FL>(a, base + grp, base + grp < end, lane, G, nvec, xa, ga, ra, dwr,
+                                 acc, red, parity);
+      base += step;
+      if (base >= end)
+        break;
+      if (base + step + grp < end)
+        load_in<T, VEC, ITEMS>(a, base + step + grp, lane, G, nvec, xa, ga, ra);
+      process<T, VEC, ITEMS, FL>(a, base + grp, base + grp < end, lane, G, nvec, xb, gb, rb, dwr,
+                                 acc, red, parity);
+      base += step;
     }
-    float s = 0.f;
-    if (active) {
-#pragma unroll
-      for (int i = 0; i < ITEMS; i++) {
-        const int v = lane + i * G;
-        if (v < nvec) {
-          float W[VEC];
-          load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
-#pragma unroll
-          for (int j = 0; j < VEC; j++)
-            s += to_f(gv[i].v[j]) * W[j] * to_f(xv[i].v[j]);
-        }
-      }
-      s *= r;
-    }
-    s = group_reduce(s, G, red, parity);
-    if (active) {
-      const float c = s * inv_n;
-#pragma unroll
-      for (int i = 0; i < ITEMS; i++) {
-        const int v = lane + i * G;
-        if (v < nvec) {
-          Pack<T, VEC> o, dr;
-          float W[VEC], contrib[VEC];
-          load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
-          if (a.dres)
-            dr = load<T, VEC>(a.dres, row, a.sdres, v);
-#pragma unroll
-          for (int j = 0; j < VEC; j++) {
-            const float dy = to_f(gv[i].v[j]), xh = to_f(xv[i].v[j]) * r;
-            float dx = r * (dy * W[j] - xh * c);
-            if (a.dres)
-              dx += to_f(dr.v[j]);
-            o.v[j] = from_f<T>(dx);
-            contrib[j] = dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
-          }
-          store<T, VEC>(a.dx, row, a.sdx, v, o);
-          if (SMEM) {
-            if (dw_wanted)
-              acc_add<VEC>(acc, v, contrib);
-          } else {
-#pragma unroll
-            for (int j = 0; j < VEC; j++)
-              dwr[i][j] += contrib[j];
-          }
-        }
-      }
-    }
-    if (PREFETCH) {
-#pragma unroll
-      for (int i = 0; i < ITEMS; i++) {
-        xv[i] = nx[i];
-        gv[i] = ng[i];
-      }
-      r = nr;
-    } else if (next < end) {
-      load_row<T, VEC, ITEMS>(a.x, next, a.sx, lane, G, nvec, xv);
-      load_row<T, VEC, ITEMS>(a.dy, next, a.sdy, lane, G, nvec, gv);
-      r = a.rstd[next];
+  } else {
+    while (base < end) {
+      process<T, VEC, ITEMS, FL>(a, base + grp, base + grp < end, lane, G, nvec, xa, ga, ra, dwr,
+                                 acc, red, parity);
+      base += step;
+      if (base + grp < end)
+        load_in<T, VEC, ITEMS>(a, base + grp, lane, G, nvec, xa, ga, ra);
     }
   }
   if (!dw_wanted)
     return;
-
-  /* This CTA's dW row, summed over its groups in group order. */
-  float *out = a.partials ? a.partials + (int64_t)blockIdx.x * a.N : a.accum;
-  if (SMEM) {
-    __syncthreads();
-    for (int col = threadIdx.x; col < a.N; col += blockDim.x) {
-      float sum = 0.f;
-      for (int g = 0; g < R; g++)
-        sum += dyn[(int64_t)g * a.N + col];
-      if (a.partials)
-        out[col] = sum;
-      else
-        atomicAdd(out + col, sum);
-    }
-  } else if (R > 1) {
-    for (int g = 0; g < R; g++) {
-      if (grp == g)
-#pragma unroll
-        for (int i = 0; i < ITEMS; i++) {
-          const int v = lane + i * G;
-          if (v < nvec)
-#pragma unroll
-            for (int j = 0; j < VEC; j++)
-              dyn[v * VEC + j] = (g ? dyn[v * VEC + j] : 0.f) + dwr[i][j];
-        }
-      __syncthreads();
-    }
-    for (int col = threadIdx.x; col < a.N; col += blockDim.x) {
-      if (a.partials)
-        out[col] = dyn[col];
-      else
-        atomicAdd(out + col, dyn[col]);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < ITEMS; i++) {
-      const int v = lane + i * G;
-      if (v < nvec)
-#pragma unroll
-        for (int j = 0; j < VEC; j++) {
-          if (a.partials)
-            out[v * VEC + j] = dwr[i][j];
-          else
-            atomicAdd(out + v * VEC + j, dwr[i][j]);
-        }
-    }
+  __syncthreads();
+  for (int col = threadIdx.x; col < a.N; col += blockDim.x) {
+    float sum = 0.f;
+    for (int g = 0; g < R; g++)
+      sum += dyn[(int64_t)g * a.N + col];
+    emit(a, col, sum);
   }
   if (a.fused) {
     __threadfence();
@@ -403,9 +436,14 @@ const void *kernel_for(const RowCfg &c, int flavor)
   const void *kp = NULL;
   with_items(c.items, [&](auto I) {
     constexpr int IT = decltype(I)::value;
-    kp = flavor == ACC_REGS ? (const void *)rms_bwd<T, VEC, IT, ACC_REGS>
-       : flavor == ACC_SMEM ? (const void *)rms_bwd<T, VEC, IT, ACC_SMEM>
-                            : (const void *)rms_bwd<T, VEC, IT, ACC_SMEM_PREFETCH>;
+    switch (flavor) {
+    case DIRECT: kp = (const void *)rms_bwd<T, VEC, IT, DIRECT>; break;
+    case REGS: kp = (const void *)rms_bwd<T, VEC, IT, REGS>; break;
+    case LOOP: kp = (const void *)rms_bwd<T, VEC, IT, LOOP>; break;
+    default:
+      if constexpr (BWD_LIMITS[LOOP_PREFETCH](IT) > 0)
+        kp = (const void *)rms_bwd<T, VEC, IT, LOOP_PREFETCH>;
+    }
     return 0;
   });
   return kp;
@@ -416,16 +454,15 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
 {
   const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
   const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
-  /* blockrow keeps dW in registers; the others in shared memory when a row of it fits (else
-   * the looping kernel), and the looping strategies prefetch when that layout fits. */
-  p->flavor = m == BLOCKROW ? ACC_REGS : m == ROW ? ACC_SMEM
-            : k->flavor >= ACC_REGS && k->flavor <= ACC_SMEM_PREFETCH ? k->flavor : ACC_SMEM_PREFETCH;
+  p->flavor = m == ROW ? DIRECT : m == BLOCKROW ? REGS : k->prefetch ? LOOP_PREFETCH : LOOP;
   p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, MAX_ACC_SMEM);
-  if (p->c.items == 0 && p->flavor == ACC_SMEM_PREFETCH) {
-    p->flavor = ACC_SMEM;
+  if (p->c.items == 0 && p->flavor == LOOP_PREFETCH) {
+    p->flavor = LOOP;
     p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, MAX_ACC_SMEM);
   }
-  if (p->flavor != ACC_REGS && k->N * (int64_t)sizeof(float) > MAX_ACC_SMEM) {
+  /* The looping kernels need a row of dW in shared memory; wider rows take the looping
+   * two-pass kernel. */
+  if (p->flavor >= LOOP && k->N * (int64_t)sizeof(float) > MAX_ACC_SMEM) {
     p->c.items = 0;
     p->c.group = p->c.block = LOOP_BLOCK;
   }
@@ -434,10 +471,10 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
   p->kernel = p->c.vec == 1 ? kernel_for<T, 1>(p->c, p->flavor)
                             : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor);
   const int64_t per_cta = rows_per_cta(p->c);
-  if (p->c.items != 0 && p->flavor != ACC_REGS)
+  if (p->c.items != 0 && p->flavor >= LOOP)
     p->smem = (size_t)(per_cta * k->N) * sizeof(float);
   else
-    p->smem = per_cta > 1 ? (size_t)k->N * sizeof(float) : 0;
+    p->smem = p->flavor == REGS && per_cta > 1 ? (size_t)k->N * sizeof(float) : 0;
   p->chunk = 0;
   p->fused = false;
   if (m == PERSISTENT && dw && !atomic && k->fused_reduce) {

@@ -1,16 +1,18 @@
 /*
  * rmsnorm_fwd.cu: RMSNorm forward (and add_rmsnorm, whose residual add is fused in front).
  *
- * One kernel body, three mappings of rows to the grid:
+ * Three mappings of rows to the grid:
  *   row        one CTA per row (grid = M); the CTA reduces the row's sum of squares;
  *   blockrow   256-thread CTAs holding 256/group rows, a warp or less per row, shuffles only;
  *   persistent grid = SMs x resident CTAs of rmsnorm.fwd.block threads striding over rows;
- *              the weight is read into registers once per CTA instead of once per row, and
- *              the next row's loads are issued before the current row is worked on.
+ *              the weight is read into registers once per CTA, and each group issues the
+ *              loads of its next row before working on the current one (two register sets
+ *              used in turn, so no copy waits on the loads).
  * A thread keeps its `items` packs of the row in registers between the reduction and the
- * normalisation, so x is read once. Rows wider than the block limits allow go to a looping
- * kernel that reads x twice (the second time mostly from L2). Packs are 16 bytes when N,
- * strides and pointers allow, single elements otherwise.
+ * normalisation, so x is read once. The one-row kernels are kept lean (occupancy is what
+ * hides their latency); rows wider than the block limits allow go to a looping kernel that
+ * reads x twice (the second time mostly from L2). Packs are 16 bytes when N, strides and
+ * pointers allow, single elements otherwise.
  */
 #include "common.cuh"
 
@@ -27,10 +29,11 @@ struct FwdArgs {
   float offset, eps;
 };
 
-/* Registers per thread, per item: the x pack (and residual pack), twice with the prefetch,
- * which also keeps the weight (VEC floats) in registers. */
+/* Registers per thread, per item: the x pack (and the residual pack); the persistent kernel
+ * holds two of each and the weight (VEC floats). From ptxas's counts for bf16 (the hungriest
+ * dtype) so that nothing spills; 0: no kernel with that many packs. */
 constexpr BlockLimits FWD_LIMITS{{1024, 1024, 512, 256}};
-constexpr BlockLimits FWD_LIMITS_PREFETCH{{1024, 512, 256, 0}}; /* 8 packs would spill */
+constexpr BlockLimits FWD_LIMITS_PERSIST{{1024, 512, 256, 0}};
 
 /* y for one element from its input x, 1/rms r and weight W (W already rounded to T in
  * cast mode none). */
@@ -40,129 +43,134 @@ __device__ __forceinline__ float rms_out(float x, float r, float W, int cast)
   return cast == NLK_CAST_GEMMA ? x * r * W : round_to<T>(x * r) * W;
 }
 
-/* The residual add of add_rmsnorm in the looping kernel: h = round(x + res), written to
- * res_out (which may be res itself: each element is read before it is overwritten, by the
- * same thread). */
-template <typename T, int VEC>
-__device__ __forceinline__ void add_residual(const FwdArgs &a, int64_t row, int v, Pack<T, VEC> &xv)
+template <typename T, int VEC, int ITEMS, bool RES>
+__device__ __forceinline__ void load_in(const FwdArgs &a, int64_t row, int lane, int G, int nvec,
+                                        Pack<T, VEC> (&xv)[ITEMS], Pack<T, VEC> (&rv)[ITEMS])
 {
-  Pack<T, VEC> r = load<T, VEC>(a.res, row, a.sres, v);
-#pragma unroll
-  for (int j = 0; j < VEC; j++)
-    xv.v[j] = from_f<T>(to_f(xv.v[j]) + to_f(r.v[j]));
-  store<T, VEC>(a.res_out, row, a.sres_out, v, xv);
+  load_row<T, VEC, ITEMS>(a.x, row, a.sx, lane, G, nvec, xv);
+  if (RES)
+    load_row<T, VEC, ITEMS>(a.res, row, a.sres, lane, G, nvec, rv);
 }
 
-/* PREFETCH (the persistent strategy): the weight is read into registers once per CTA, and
- * each iteration first issues the loads of the group's next row, so they are in flight
- * during this row's reduction, barrier and stores. Without it (row, blockrow: one row per
- * group), the weight is read after the reduction, from L2, and registers hold only x. */
-template <typename T, int VEC, int ITEMS, bool PREFETCH>
-__global__ void __launch_bounds__(PREFETCH ? FWD_LIMITS_PREFETCH(ITEMS) : FWD_LIMITS(ITEMS))
-rms_fwd(FwdArgs a)
+/* One row: residual add (add_rmsnorm: h = round(x + res) to res_out, which may be res
+ * itself: this thread read the element before overwriting it), sum of squares, the group's
+ * reduction (every thread of the CTA calls this the same number of times), y and rstd. */
+template <typename T, int VEC, int ITEMS, bool RES, bool CACHED_W>
+__device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool active, int lane,
+                                        int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
+                                        const Pack<T, VEC> (&rv)[ITEMS],
+                                        const float (&wr)[ITEMS][VEC], float (*red)[32],
+                                        int &parity)
 {
-  const int G = a.group, R = blockDim.x / G, grp = threadIdx.x / G, lane = threadIdx.x % G;
-  const int nvec = a.N / VEC;
-  const int64_t step = (int64_t)gridDim.x * R;
-  const float inv_n = 1.f / (float)a.N;
-  __shared__ float red[2][32];
-  int parity = 0;
-  float wr[ITEMS][VEC];
-  Pack<T, VEC> xv[ITEMS], rv[ITEMS];
-
-  /* The first row's loads go out before the weight's, so their latencies overlap. */
-  int64_t base = (int64_t)blockIdx.x * R;
-  if (base + grp < a.M) {
-    load_row<T, VEC, ITEMS>(a.x, base + grp, a.sx, lane, G, nvec, xv);
-    if (a.res)
-      load_row<T, VEC, ITEMS>(a.res, base + grp, a.sres, lane, G, nvec, rv);
-  }
-  if (PREFETCH)
+  float ss = 0.f;
+  if (active) {
 #pragma unroll
     for (int i = 0; i < ITEMS; i++) {
       const int v = lane + i * G;
       if (v < nvec) {
-        float W[VEC];
-        load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-          wr[i][j] = a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j];
-      }
-    }
-
-  /* The trip count is uniform across the CTA (rows past M idle but still join the
-   * shuffles and barriers). */
-  for (; base < a.M; base += step) {
-    const int64_t row = base + grp, next = row + step;
-    const bool active = row < a.M;
-    Pack<T, VEC> nx[ITEMS], nr[ITEMS];
-    if (PREFETCH && next < a.M) {
-      load_row<T, VEC, ITEMS>(a.x, next, a.sx, lane, G, nvec, nx);
-      if (a.res)
-        load_row<T, VEC, ITEMS>(a.res, next, a.sres, lane, G, nvec, nr);
-    }
-    float ss = 0.f;
-    if (active) {
-#pragma unroll
-      for (int i = 0; i < ITEMS; i++) {
-        const int v = lane + i * G;
-        if (v < nvec) {
-          if (a.res) {
-            /* add_rmsnorm: h = round(x + res) goes to res_out (which may be res itself:
-             * this thread read the element before overwriting it). */
-#pragma unroll
-            for (int j = 0; j < VEC; j++)
-              xv[i].v[j] = from_f<T>(to_f(xv[i].v[j]) + to_f(rv[i].v[j]));
-            store<T, VEC>(a.res_out, row, a.sres_out, v, xv[i]);
-          }
-#pragma unroll
-          for (int j = 0; j < VEC; j++) {
-            const float f = to_f(xv[i].v[j]);
-            ss += f * f;
-          }
-        }
-      }
-    }
-    ss = group_reduce(ss, G, red, parity);
-    const float r = rsqrtf(ss * inv_n + a.eps);
-    if (active) {
-      if (lane == 0 && a.rstd)
-        a.rstd[row] = r;
-#pragma unroll
-      for (int i = 0; i < ITEMS; i++) {
-        const int v = lane + i * G;
-        if (v < nvec) {
-          Pack<T, VEC> o;
-          float W[VEC];
-          if (PREFETCH) {
-#pragma unroll
-            for (int j = 0; j < VEC; j++)
-              W[j] = wr[i][j];
-          } else {
-            load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
-            if (a.cast == NLK_CAST_NONE)
-#pragma unroll
-              for (int j = 0; j < VEC; j++)
-                W[j] = round_to<T>(W[j]);
-          }
+        if (RES) {
 #pragma unroll
           for (int j = 0; j < VEC; j++)
-            o.v[j] = from_f<T>(rms_out<T>(to_f(xv[i].v[j]), r, W[j], a.cast));
-          store<T, VEC>(a.y, row, a.sy, v, o);
+            xv[i].v[j] = from_f<T>(to_f(xv[i].v[j]) + to_f(rv[i].v[j]));
+          store<T, VEC>(a.res_out, row, a.sres_out, v, xv[i]);
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+          const float f = to_f(xv[i].v[j]);
+          ss += f * f;
         }
       }
     }
-    if (PREFETCH) {
+  }
+  ss = group_reduce(ss, G, red, parity);
+  const float r = rsqrtf(ss * (1.f / (float)a.N) + a.eps);
+  if (!active)
+    return;
+  if (lane == 0 && a.rstd)
+    a.rstd[row] = r;
 #pragma unroll
-      for (int i = 0; i < ITEMS; i++) {
-        xv[i] = nx[i];
-        rv[i] = nr[i];
+  for (int i = 0; i < ITEMS; i++) {
+    const int v = lane + i * G;
+    if (v < nvec) {
+      float W[VEC];
+      if (CACHED_W) {
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+          W[j] = wr[i][j];
+      } else {
+        load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
+        if (a.cast == NLK_CAST_NONE)
+#pragma unroll
+          for (int j = 0; j < VEC; j++)
+            W[j] = round_to<T>(W[j]);
       }
-    } else if (next < a.M) {
-      load_row<T, VEC, ITEMS>(a.x, next, a.sx, lane, G, nvec, xv);
-      if (a.res)
-        load_row<T, VEC, ITEMS>(a.res, next, a.sres, lane, G, nvec, rv);
+      Pack<T, VEC> o;
+#pragma unroll
+      for (int j = 0; j < VEC; j++)
+        o.v[j] = from_f<T>(rms_out<T>(to_f(xv[i].v[j]), r, W[j], a.cast));
+      store<T, VEC>(a.y, row, a.sy, v, o);
     }
+  }
+}
+
+/* row and blockrow: each group handles exactly one row. */
+template <typename T, int VEC, int ITEMS, bool RES>
+__global__ void __launch_bounds__(FWD_LIMITS(ITEMS)) rms_fwd_one(FwdArgs a)
+{
+  const int G = a.group, R = blockDim.x / G;
+  const int lane = threadIdx.x % G, nvec = a.N / VEC;
+  const int64_t row = (int64_t)blockIdx.x * R + threadIdx.x / G;
+  const bool active = row < a.M;
+  __shared__ float red[2][32];
+  int parity = 0;
+  Pack<T, VEC> xv[ITEMS], rv[ITEMS];
+  float unused[ITEMS][VEC];
+  if (active)
+    load_in<T, VEC, ITEMS, RES>(a, row, lane, G, nvec, xv, rv);
+  process<T, VEC, ITEMS, RES, false>(a, row, active, lane, G, nvec, xv, rv, unused, red, parity);
+}
+
+/* persistent: CTAs stride over rows; register sets A and B take turns holding the current
+ * row while the other receives the next. The trip count is uniform across the CTA (rows
+ * past M idle but still join the barriers). */
+template <typename T, int VEC, int ITEMS, bool RES>
+__global__ void __launch_bounds__(FWD_LIMITS_PERSIST(ITEMS)) rms_fwd_persist(FwdArgs a)
+{
+  const int G = a.group, R = blockDim.x / G, grp = threadIdx.x / G;
+  const int lane = threadIdx.x % G, nvec = a.N / VEC;
+  const int64_t step = (int64_t)gridDim.x * R;
+  __shared__ float red[2][32];
+  int parity = 0;
+  float wr[ITEMS][VEC];
+  Pack<T, VEC> xa[ITEMS], ra[ITEMS], xb[ITEMS], rb[ITEMS];
+  int64_t base = (int64_t)blockIdx.x * R;
+
+  if (base + grp < a.M)
+    load_in<T, VEC, ITEMS, RES>(a, base + grp, lane, G, nvec, xa, ra);
+#pragma unroll
+  for (int i = 0; i < ITEMS; i++) {
+    const int v = lane + i * G;
+    if (v < nvec) {
+      load_w<T, VEC>(a.w, a.wf32, a.offset, v, wr[i]);
+      if (a.cast == NLK_CAST_NONE)
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+          wr[i][j] = round_to<T>(wr[i][j]);
+    }
+  }
+  while (base < a.M) {
+    if (base + step + grp < a.M)
+      load_in<T, VEC, ITEMS, RES>(a, base + step + grp, lane, G, nvec, xb, rb);
+    process<T, VEC, ITEMS, RES, true>(a, base + grp, base + grp < a.M, lane, G, nvec, xa, ra, wr,
+                                      red, parity);
+    base += step;
+    if (base >= a.M)
+      break;
+    if (base + step + grp < a.M)
+      load_in<T, VEC, ITEMS, RES>(a, base + step + grp, lane, G, nvec, xa, ra);
+    process<T, VEC, ITEMS, RES, true>(a, base + grp, base + grp < a.M, lane, G, nvec, xb, rb, wr,
+                                      red, parity);
+    base += step;
   }
 }
 
@@ -181,8 +189,13 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
     float ss = 0.f;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
       Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v);
-      if (a.res)
-        add_residual<T, VEC>(a, row, v, xv);
+      if (a.res) {
+        Pack<T, VEC> rv = load<T, VEC>(a.res, row, a.sres, v);
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+          xv.v[j] = from_f<T>(to_f(xv.v[j]) + to_f(rv.v[j]));
+        store<T, VEC>(a.res_out, row, a.sres_out, v, xv);
+      }
 #pragma unroll
       for (int j = 0; j < VEC; j++) {
         const float f = to_f(xv.v[j]);
@@ -208,26 +221,32 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
 
 enum Mapping { ROW, BLOCKROW, PERSISTENT };
 
+template <typename T, int VEC, bool RES>
+const void *kernel_for(const RowCfg &c, bool persist)
+{
+  if (c.items == 0)
+    return (const void *)rms_fwd_loop<T, VEC>;
+  const void *kp = NULL;
+  with_items(c.items, [&](auto I) {
+    constexpr int IT = decltype(I)::value;
+    if constexpr (FWD_LIMITS_PERSIST(IT) > 0)
+      kp = persist ? (const void *)rms_fwd_persist<T, VEC, IT, RES> : (const void *)rms_fwd_one<T, VEC, IT, RES>;
+    else
+      kp = (const void *)rms_fwd_one<T, VEC, IT, RES>;
+    return 0;
+  });
+  return kp;
+}
+
 template <typename T, int VEC>
-int launch_vec(nlk_norm *k, const RowCfg &c, bool prefetch, Mapping m)
+int launch_vec(nlk_norm *k, const RowCfg &c, bool persist)
 {
   FwdArgs a = {k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy, k->sres_out,
                k->M, (int)k->N, c.group, k->wdt == NLK_F32, k->cast, k->offset, k->eps};
-  const void *kern = NULL;
-  if (c.items == 0)
-    kern = (const void *)rms_fwd_loop<T, VEC>;
-  else
-    with_items(c.items, [&](auto I) {
-      constexpr int IT = decltype(I)::value;
-      if constexpr (FWD_LIMITS_PREFETCH(IT) > 0)
-        kern = prefetch ? (const void *)rms_fwd<T, VEC, IT, true> : (const void *)rms_fwd<T, VEC, IT, false>;
-      else
-        kern = (const void *)rms_fwd<T, VEC, IT, false>;
-      return 0;
-    });
-  const int64_t groups = (k->M + rows_per_cta(c) - 1) / rows_per_cta(c);
+  const void *kern = k->res ? kernel_for<T, VEC, true>(c, persist) : kernel_for<T, VEC, false>(c, persist);
+  const int64_t per_cta = rows_per_cta(c), groups = (k->M + per_cta - 1) / per_cta;
   int64_t grid = groups;
-  if (m == PERSISTENT) {
+  if (persist || c.items == 0) {
     const int per_sm = k->ctas_per_sm > 0 ? k->ctas_per_sm : occupancy(kern, c.block, 0);
     grid = (int64_t)k->sm_count * per_sm;
     if (grid > groups)
@@ -244,18 +263,19 @@ int launch(nlk_norm *k, Mapping m)
 {
   return with_dtype(k->dt, [&](auto t) {
     using T = decltype(t);
+    /* persistent runs its striding kernel when the row fits that layout, else the one-row
+     * kernel over every group */
+    bool persist = m == PERSISTENT;
     const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
-    /* persistent prefetches when the row fits the prefetching layout, else runs plain */
-    bool prefetch = m == PERSISTENT && k->flavor != 0;
-    RowCfg c = row_cfg(k, sizeof(T), mode, FWD_LIMITS_PREFETCH, k->block_pref, INT64_MAX);
-    if (!prefetch || c.items == 0) {
-      prefetch = false;
+    RowCfg c = row_cfg(k, sizeof(T), mode, persist ? FWD_LIMITS_PERSIST : FWD_LIMITS,
+                       k->block_pref, INT64_MAX);
+    if (persist && c.items == 0) {
+      persist = false;
       c = row_cfg(k, sizeof(T), mode, FWD_LIMITS, k->block_pref, INT64_MAX);
     }
     if (m == BLOCKROW && c.items == 0)
       return (int)NLK_ERR_UNSUPPORTED;
-    return c.vec == 1 ? launch_vec<T, 1>(k, c, prefetch, m)
-                      : launch_vec<T, 16 / sizeof(T)>(k, c, prefetch, m);
+    return c.vec == 1 ? launch_vec<T, 1>(k, c, persist) : launch_vec<T, 16 / sizeof(T)>(k, c, persist);
   });
 }
 
