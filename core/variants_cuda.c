@@ -51,24 +51,29 @@ static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
   k->prefetch = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_PREFETCH);
 }
 
-/* auto: blockrow up to blockrow_max_n (when a warp holds the row), then persistent from
- * persistent_min_m rows, row below. */
-static const char *pick(const nl_ctx *ctx, const nlk_norm *k, enum nl_setting_id max_n,
-                        enum nl_setting_id min_m)
+static int blockrow_fits(const nl_ctx *ctx, const nlk_norm *k, enum nl_setting_id max_n)
 {
-  if (k->N <= (int64_t)nl__setting(ctx, max_n) && k->N <= nlk_cuda_blockrow_max_n(k))
-    return "blockrow";
-  return k->M >= (int64_t)nl__setting(ctx, min_m) ? "persistent" : "row";
+  return k->N <= (int64_t)nl__setting(ctx, max_n) && k->N <= nlk_cuda_blockrow_max_n(k);
 }
 
+/* auto forward: blockrow up to blockrow_max_n (when a warp holds the row), then persistent
+ * from persistent_min_m rows, row below. */
 static const char *auto_fwd(const nl_ctx *ctx, const nlk_norm *k)
 {
-  return pick(ctx, k, NL_SET_RMS_FWD_BLOCKROW_MAX_N, NL_SET_RMS_FWD_PERSISTENT_MIN_M);
+  if (blockrow_fits(ctx, k, NL_SET_RMS_FWD_BLOCKROW_MAX_N))
+    return "blockrow";
+  return k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_PERSISTENT_MIN_M) ? "persistent" : "row";
 }
 
+/* auto backward: blockrow up to blockrow_max_n, then partials from partials_min_m rows,
+ * persistent from persistent_min_m, row below. */
 static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
 {
-  return pick(ctx, k, NL_SET_RMS_BWD_BLOCKROW_MAX_N, NL_SET_RMS_BWD_PERSISTENT_MIN_M);
+  if (blockrow_fits(ctx, k, NL_SET_RMS_BWD_BLOCKROW_MAX_N))
+    return "blockrow";
+  if (k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_PARTIALS_MIN_M))
+    return "partials";
+  return k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_PERSISTENT_MIN_M) ? "persistent" : "row";
 }
 
 #define LIMITS "any M; N <= 2^24; fp32, fp16, bf16; 16-byte packs when N and strides allow"
@@ -105,8 +110,9 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
    LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, rms_supports, nlk_cuda_rms_bwd_persistent_ws,    \
    nlk_cuda_rms_bwd_persistent, NULL, tune_bwd},                                                \
   {OPNAME ".bwd.auto", OP, NL_BWD, NL_CUDA, "auto",                                             \
-   "blockrow for N <= rmsnorm.bwd.blockrow_max_n, persistent from rmsnorm.bwd.persistent_min_m " \
-   "rows, row below", "as the variant it picks", DTYPES, 0, 0, NULL, NULL, NULL, auto_bwd, NULL}
+   "blockrow for N <= rmsnorm.bwd.blockrow_max_n, then partials from rmsnorm.bwd.partials_min_m " \
+   "rows, persistent from rmsnorm.bwd.persistent_min_m, row below", "as the variant it picks",    \
+   DTYPES, 0, 0, NULL, NULL, NULL, auto_bwd, NULL}
 
 const nl_variant nl__cuda_variants[] = {
   RMS_ENTRIES("rmsnorm", NL_OP_RMSNORM),
