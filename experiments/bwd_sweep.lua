@@ -15,13 +15,16 @@ local p = cli.parser("RMSNorm backward: the old row design against persistent (a
 local args = cli.parse(p)
 local dev = nl.device(args.device)
 
--- Without --variants: every backward strategy registered for this device, row first.
+-- Without --variants: every backward strategy registered for this device, row first, and
+-- on a GPU `auto` too, to show what the dispatch settings pick (on the CPU it only
+-- repeats persistent).
 local variants = args.variants
 if not variants then
   variants = {"row", "persistent"}
   for _, v in ipairs(nl.variants{op = "rmsnorm", pass = "bwd", backend = dev.kind}) do
-    if v.strategy ~= "row" and v.strategy ~= "persistent" and v.strategy ~= "ref" then
-      variants[#variants + 1] = v.strategy
+    local s = v.strategy
+    if s ~= "row" and s ~= "persistent" and s ~= "ref" and (s ~= "auto" or dev.kind == "cuda") then
+      variants[#variants + 1] = s
     end
   end
 end
