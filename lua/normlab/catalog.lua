@@ -1,0 +1,48 @@
+-- normlab.catalog: the variant registry and the settings as markdown, for the README (whose
+-- catalog spec/readme_spec.lua checks against the registry) and for `nl.catalog()` at the
+-- REPL. Generated from the registry, never written by hand.
+local ops = require("normlab.ops")
+local settings = require("normlab.settings")
+
+local catalog = {}
+
+local function cell(s)
+  return (tostring(s):gsub("|", "\\|"))
+end
+
+-- One line per variant: | name | backend | reductions | strategy | limits |
+function catalog.variant_line(v)
+  local red = {}
+  for _, r in ipairs(v.reduces) do
+    if r == v.default_reduce then
+      table.insert(red, 1, r)
+    elseif r ~= "default" then
+      red[#red + 1] = r
+    end
+  end
+  red = #red > 0 and table.concat(red, ", ") or "-"
+  return string.format("| `%s` | %s | %s | %s | %s |", v.name, v.backend, red, cell(v.summary),
+    cell(v.limits))
+end
+
+function catalog.setting_line(s)
+  return string.format("| `%s` | %.10g | %s |", s.key, s.default, cell(s.doc))
+end
+
+-- The whole catalog: variants, then settings, as markdown text.
+function catalog.markdown()
+  local out = {"| variant | backend | dW reduction (default first) | strategy | limits |",
+    "|---|---|---|---|---|"}
+  for _, v in ipairs(ops.variants()) do
+    out[#out + 1] = catalog.variant_line(v)
+  end
+  out[#out + 1] = ""
+  out[#out + 1] = "| setting | default | meaning |"
+  out[#out + 1] = "|---|---|---|"
+  for _, s in ipairs(settings.list()) do
+    out[#out + 1] = catalog.setting_line(s)
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+return catalog
