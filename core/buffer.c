@@ -155,34 +155,41 @@ static nl_status check_buf(nl_ctx *ctx, const nl_buf *b, const char *what)
 
 /* ---- host staging for CUDA buffers: dense row-major copies in the buffer's dtype ---- */
 
-/* Rows [r0, r0 + n) of b to or from a dense host image of those rows. */
-static nl_status stage_rows(nl_ctx *ctx, const nl_buf *b, int64_t r0, int64_t n, void *host,
-                            int up)
+/* Rows [r0, r0 + n) of b from or to a dense host image of those rows. */
+static nl_status rows_down(nl_ctx *ctx, const nl_buf *b, int64_t r0, int64_t n, void *host)
 {
-  size_t rb = nl__buf_row_bytes(b), es = (size_t)nlk_dtype_size(b->dtype), pitch = (size_t)b->stride * es;
-  char *dev = (char *)b->data + (size_t)r0 * pitch;
+  size_t rb = nl__buf_row_bytes(b), pitch = (size_t)b->stride * (size_t)nlk_dtype_size(b->dtype);
+  const char *dev = (const char *)b->data + (size_t)r0 * pitch;
   if (b->device.backend == NL_CUDA) {
-    nl_status st = up ? nl__cuda_copy2d(ctx, b->device.index, dev, pitch, host, rb, rb, (size_t)n)
-                      : nl__cuda_copy2d(ctx, b->device.index, host, rb, dev, pitch, rb, (size_t)n);
+    nl_status st = nl__cuda_copy2d(ctx, b->device.index, host, rb, dev, pitch, rb, (size_t)n);
     return st != NL_OK ? st : nl__cuda_sync(ctx, b->device.index);
   }
-  for (int64_t r = 0; r < n; r++) {
-    if (up)
-      memcpy(dev + (size_t)r * pitch, (const char *)host + r * rb, rb);
-    else
-      memcpy((char *)host + r * rb, dev + (size_t)r * pitch, rb);
+  for (int64_t r = 0; r < n; r++)
+    memcpy((char *)host + r * rb, dev + (size_t)r * pitch, rb);
+  return NL_OK;
+}
+
+static nl_status rows_up(nl_ctx *ctx, nl_buf *b, int64_t r0, int64_t n, const void *host)
+{
+  size_t rb = nl__buf_row_bytes(b), pitch = (size_t)b->stride * (size_t)nlk_dtype_size(b->dtype);
+  char *dev = (char *)b->data + (size_t)r0 * pitch;
+  if (b->device.backend == NL_CUDA) {
+    nl_status st = nl__cuda_copy2d(ctx, b->device.index, dev, pitch, host, rb, rb, (size_t)n);
+    return st != NL_OK ? st : nl__cuda_sync(ctx, b->device.index);
   }
+  for (int64_t r = 0; r < n; r++)
+    memcpy(dev + (size_t)r * pitch, (const char *)host + r * rb, rb);
   return NL_OK;
 }
 
 static nl_status stage_down(nl_ctx *ctx, const nl_buf *b, void *host)
 {
-  return stage_rows(ctx, b, 0, b->rows, host, 0);
+  return rows_down(ctx, b, 0, b->rows, host);
 }
 
 static nl_status stage_up(nl_ctx *ctx, nl_buf *b, const void *host)
 {
-  return stage_rows(ctx, b, 0, b->rows, (void *)host, 1); /* read only when up */
+  return rows_up(ctx, b, 0, b->rows, host);
 }
 
 /* Pointer to row r of a dense host image or of a CPU buffer. */
@@ -359,10 +366,10 @@ nl_status nl_buf_write_f64(nl_ctx *ctx, nl_buf *dst, int64_t offset, int64_t cou
     host = malloc((size_t)(n * dst->cols) * (size_t)nlk_dtype_size(dst->dtype));
     if (!host)
       return nl__err(ctx, NL_ENOMEM, "write: cannot allocate host staging");
-    if ((st = stage_rows(ctx, dst, r0, n, host, 0)) == NL_OK) {
+    if ((st = rows_down(ctx, dst, r0, n, host)) == NL_OK) {
       for (int64_t i = 0; i < count; i++)
         nl_store(dst->dtype, host, offset - r0 * dst->cols + i, src[i]);
-      st = stage_rows(ctx, dst, r0, n, host, 1);
+      st = rows_up(ctx, dst, r0, n, host);
     }
   }
   free(host);
@@ -391,7 +398,7 @@ nl_status nl_buf_read_f64(nl_ctx *ctx, const nl_buf *src, int64_t offset, int64_
     host = malloc((size_t)(n * src->cols) * (size_t)nlk_dtype_size(src->dtype));
     if (!host)
       return nl__err(ctx, NL_ENOMEM, "read: cannot allocate host staging");
-    if ((st = stage_rows(ctx, src, r0, n, host, 0)) == NL_OK)
+    if ((st = rows_down(ctx, src, r0, n, host)) == NL_OK)
       for (int64_t i = 0; i < count; i++)
         dst[i] = nl_load(src->dtype, host, offset - r0 * src->cols + i);
   }
