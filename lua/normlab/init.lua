@@ -32,6 +32,7 @@ local nl = {
   supports = ops.supports,
   resolve = ops.resolve,
   variants = ops.variants,
+  catalog = require("normlab.catalog").markdown,
 
   settings = settings.list,
   set = settings.set,
