@@ -376,6 +376,10 @@ nl_status nl_buf_write_f64(nl_ctx *ctx, nl_buf *dst, int64_t offset, int64_t cou
   return st;
 }
 
+/* One NaN for every NaN handed to callers: LuaJIT reads doubles whose bits look like its own
+ * tagged values (negative NaNs with payload) as objects, and crashes on them later. */
+static double canonical(double v) { return isnan(v) ? NAN : v; }
+
 nl_status nl_buf_read_f64(nl_ctx *ctx, const nl_buf *src, int64_t offset, int64_t count,
                           double *dst)
 {
@@ -388,7 +392,7 @@ nl_status nl_buf_read_f64(nl_ctx *ctx, const nl_buf *src, int64_t offset, int64_
   if (src->device.backend == NL_CPU) {
     for (int64_t i = 0; i < count; i++) {
       int64_t e = offset + i, r = e / src->cols, c = e % src->cols;
-      dst[i] = nl_load(src->dtype, row_ptr(src, src->data, src->stride, r), c);
+      dst[i] = canonical(nl_load(src->dtype, row_ptr(src, src->data, src->stride, r), c));
     }
     return NL_OK;
   }
@@ -400,7 +404,7 @@ nl_status nl_buf_read_f64(nl_ctx *ctx, const nl_buf *src, int64_t offset, int64_
       return nl__err(ctx, NL_ENOMEM, "read: cannot allocate host staging");
     if ((st = rows_down(ctx, src, r0, n, host)) == NL_OK)
       for (int64_t i = 0; i < count; i++)
-        dst[i] = nl_load(src->dtype, host, offset - r0 * src->cols + i);
+        dst[i] = canonical(nl_load(src->dtype, host, offset - r0 * src->cols + i));
   }
   free(host);
   return st;

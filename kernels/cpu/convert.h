@@ -91,13 +91,14 @@ static inline uint32_t nl_fmt_encode(const nl_fmt *f, double x, int saturate)
 
 static inline float nl_bf16_to_f32(uint16_t b) { return nl_bits_f32((uint32_t)b << 16); }
 
+/* Round to nearest even by integer arithmetic; a NaN keeps its sign and becomes quiet. No
+ * branch, so row loops over it vectorize. */
 static inline uint16_t nl_f32_to_bf16(float f)
 {
   uint32_t u = nl_f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t)((u >> 16) | 0x40u);     /* quiet the NaN, keep its sign */
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t q = (u >> 16) | 0x40u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
 }
 
 #if defined(__FLT16_MAX__) && !defined(NL_NO_FLOAT16)

@@ -255,15 +255,6 @@ static inline void nlc_load_f(int32_t dt, const void *src, float *dst, int64_t n
   }
 }
 
-/* fp32 -> bf16 as nl_f32_to_bf16, written without a branch so that the loop vectorizes. */
-static inline uint16_t nlc_f32_to_bf16(float f)
-{
-  uint32_t u = nl_f32_bits(f);
-  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  uint32_t q = (u >> 16) | 0x40u;
-  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
-}
-
 static inline void nlc_store_f(int32_t dt, const float *src, void *dst, int64_t n)
 {
   int64_t j;
@@ -274,7 +265,7 @@ static inline void nlc_store_f(int32_t dt, const float *src, void *dst, int64_t 
   case NLK_BF16: {
     uint16_t *d = (uint16_t *)dst;
     for (j = 0; j < n; j++)
-      d[j] = nlc_f32_to_bf16(src[j]);
+      d[j] = nl_f32_to_bf16(src[j]);
     break;
   }
   case NLK_F16:
@@ -296,7 +287,7 @@ static inline void nlc_round_f(int32_t dt, float *v, int64_t n)
     break;
   case NLK_BF16:
     for (j = 0; j < n; j++)
-      v[j] = nl_bf16_to_f32(nlc_f32_to_bf16(v[j]));
+      v[j] = nl_bf16_to_f32(nl_f32_to_bf16(v[j]));
     break;
   case NLK_F16:
     nlc_round_f16_row(v, n);
@@ -321,14 +312,14 @@ NLC_INLINE float nlc_ld1(int32_t dt, const void *p, int64_t j)
 NLC_INLINE void nlc_st1(int32_t dt, void *p, int64_t j, float v)
 {
   if (dt == NLK_BF16)
-    ((uint16_t *)p)[j] = nlc_f32_to_bf16(v);
+    ((uint16_t *)p)[j] = nl_f32_to_bf16(v);
   else
     ((float *)p)[j] = v;
 }
 
 NLC_INLINE float nlc_rnd1(int32_t dt, float v)
 {
-  return dt == NLK_BF16 ? nl_bf16_to_f32(nlc_f32_to_bf16(v)) : v;
+  return dt == NLK_BF16 ? nl_bf16_to_f32(nl_f32_to_bf16(v)) : v;
 }
 
 /* The fp32 weight the fast kernels multiply by: w + offset (in fp32), 1 when non-affine;
