@@ -1,8 +1,10 @@
 -- The normlab executable, run through io.popen (so this spec runs under Lua 5.4 and LuaJIT
 -- alike), and the normlab.cli helpers of experiment scripts.
--- The executable: $NORMLAB_EXE, default build/normlab (specs run from the repository root).
+-- The executable: $NORMLAB_EXE, default $NORMLAB_BUILD/normlab (build/normlab), as .busted
+-- finds the library (specs run from the repository root).
 
-local EXE = os.getenv("NORMLAB_EXE") or "build/normlab"
+local BUILD = os.getenv("NORMLAB_BUILD")
+local EXE = os.getenv("NORMLAB_EXE") or ((BUILD and BUILD ~= "" and BUILD or "build") .. "/normlab")
 
 local function q(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
