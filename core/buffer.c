@@ -318,6 +318,10 @@ nl_status nl_buf_uniform(nl_ctx *ctx, nl_buf *b, uint64_t seed, double lo, doubl
 
 /* ---- conversion and element access ---- */
 
+/* One NaN for every NaN handed to callers: LuaJIT reads doubles whose bits look like its own
+ * tagged values (negative NaNs with payload) as objects, and crashes on them later. */
+static double canonical(double v) { return isnan(v) ? NAN : v; }
+
 nl_status nl_convert(int32_t src_dtype, const void *src, int32_t dst_dtype, void *dst, int64_t n)
 {
   if (nl_dtype_size(src_dtype) == 0 || nl_dtype_size(dst_dtype) == 0 || n < 0 ||
@@ -330,6 +334,9 @@ nl_status nl_convert(int32_t src_dtype, const void *src, int32_t dst_dtype, void
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; i++)
     nl_store(dst_dtype, dst, i, nl_load(src_dtype, src, i));
+  if (dst_dtype == NL_F64)
+    for (int64_t i = 0; i < n; i++)
+      ((double *)dst)[i] = canonical(((double *)dst)[i]);
   return NL_OK;
 }
 
@@ -375,10 +382,6 @@ nl_status nl_buf_write_f64(nl_ctx *ctx, nl_buf *dst, int64_t offset, int64_t cou
   free(host);
   return st;
 }
-
-/* One NaN for every NaN handed to callers: LuaJIT reads doubles whose bits look like its own
- * tagged values (negative NaNs with payload) as objects, and crashes on them later. */
-static double canonical(double v) { return isnan(v) ? NAN : v; }
 
 nl_status nl_buf_read_f64(nl_ctx *ctx, const nl_buf *src, int64_t offset, int64_t count,
                           double *dst)

@@ -33,7 +33,8 @@
  *   sync(b, i); device_count(b); device_info(b, i); roofline(b, i); settings(); set(key, v);
  *   get(key); variants(); buffer(b, i, dtype, shape, stride); is_buffer(v);
  *   compare(a, ref, atol, rtol); supports(name, args) -> true | false, reason;
- *   resolve(name, args); run(name, args); bench(name, args, opts).
+ *   resolve(name, args); run(name, args); bench(name, args, opts); encode(dtype, values) ->
+ *   bit patterns; decode(dtype, patterns) -> values (types of at most 32 bits).
  *   Buffer methods: free(), freed(), desc(), fill(v), fill_randn(seed, mean, std),
  *   fill_uniform(seed, lo, hi), copy_(src), read(offset, count), write(offset, list).
  *   Buffers' metatable: __index, __gc, __close, __len (numel), __tostring (Buffer.__tostring
@@ -509,6 +510,78 @@ static int buf_tostring(lua_State *L)
 
 /* ---- module functions ---- */
 
+/* encode(dtype, {values}) -> {bit patterns}; decode(dtype, {patterns}) -> {values}: the
+ * host conversions of nl_convert on raw elements of at most 32 bits (so that every pattern
+ * is an exact Lua number under LuaJIT too). */
+static int raw_size(lua_State *L, int dt)
+{
+  int es = nl_dtype_size(dt);
+  if (es == 0 || es > 4)
+    return luaL_error(L, "bit patterns: dtype %d is not a type of at most 32 bits", dt);
+  return es;
+}
+
+static int l_encode(lua_State *L)
+{
+  int dt = (int)luaL_checkinteger(L, 1), es = raw_size(L, dt);
+  lua_Integer n;
+  double *src;
+  unsigned char *dst;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  n = luaL_len(L, 2);
+  src = lua_newuserdatauv(L, (size_t)n * sizeof(double) + 1, 0);
+  dst = lua_newuserdatauv(L, (size_t)n * (size_t)es + 1, 0);
+  for (lua_Integer i = 0; i < n; i++) {
+    lua_geti(L, 2, i + 1);
+    if (!lua_isnumber(L, -1))
+      return luaL_error(L, "encode: element %d is not a number", (int)(i + 1));
+    src[i] = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+  }
+  nl_convert(NL_F64, src, dt, dst, n);
+  lua_createtable(L, (int)n, 0);
+  for (lua_Integer i = 0; i < n; i++) {
+    uint32_t bits = 0;
+    for (int b = es - 1; b >= 0; b--)
+      bits = (bits << 8) | dst[i * es + b];
+    lua_pushinteger(L, (lua_Integer)bits);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+static int l_decode(lua_State *L)
+{
+  int dt = (int)luaL_checkinteger(L, 1), es = raw_size(L, dt);
+  lua_Integer n;
+  unsigned char *src;
+  double *dst;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  n = luaL_len(L, 2);
+  src = lua_newuserdatauv(L, (size_t)n * (size_t)es + 1, 0);
+  dst = lua_newuserdatauv(L, (size_t)n * sizeof(double) + 1, 0);
+  for (lua_Integer i = 0; i < n; i++) {
+    lua_Integer bits;
+    lua_geti(L, 2, i + 1);
+    bits = lua_tointeger(L, -1);
+    if (!lua_isinteger(L, -1) && !(lua_isnumber(L, -1) && lua_tonumber(L, -1) == (double)bits))
+      return luaL_error(L, "decode: element %d is not an integer", (int)(i + 1));
+    if (bits < 0 || bits >= ((lua_Integer)1 << (8 * es)))
+      return luaL_error(L, "decode: element %d (%d) is not a %d-bit pattern", (int)(i + 1),
+                        (int)bits, 8 * es);
+    lua_pop(L, 1);
+    for (int b = 0; b < es; b++)
+      src[i * es + b] = (unsigned char)((uint64_t)bits >> (8 * b));
+  }
+  nl_convert(dt, src, NL_F64, dst, n);
+  lua_createtable(L, (int)n, 0);
+  for (lua_Integer i = 0; i < n; i++) {
+    lua_pushnumber(L, dst[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
 static int l_version(lua_State *L)
 {
   lua_pushstring(L, nl_version());
@@ -835,6 +908,8 @@ static const struct {
 /* Functions that take the context userdata as upvalue 1. */
 static const luaL_Reg module_funcs[] = {
   {"version", l_version},
+  {"encode", l_encode},
+  {"decode", l_decode},
   {"cuda_compiled", l_cuda_compiled},
   {"lib_prefix", l_lib_prefix},
   {"last_failure", l_last_failure},

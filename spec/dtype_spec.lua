@@ -10,11 +10,10 @@
 -- zeros, NaN, every pair of dtypes, random values against an independent rounder, and the
 -- CPU kernels' own load/store helpers against the buffer conversions.
 --
--- The Lua API has no raw-bit access to buffers, so under Lua 5.4 the checks are on values
--- (compared bit for bit: equal, and the same sign for zeros); a store can never produce
--- fp8e5m2's inf patterns (inf saturates), so their decoding is only reachable raw. Under
--- LuaJIT the spec also calls the C ABI's nl_convert (normlab.h) with raw bit patterns through
--- the FFI, which ties every pattern to its value directly.
+-- Values travel through buffers (compared bit for bit: equal, and the same sign for zeros);
+-- raw patterns through nl.encode and nl.decode (nl_convert on raw elements), which tie every
+-- pattern to its value directly: a store can never produce fp8e5m2's inf patterns (inf
+-- saturates), so their decoding is only reachable raw.
 local nl = require("normlab")
 
 local cpu = nl.device("cpu")
@@ -414,99 +413,57 @@ describe("the CPU kernels' conversions", function()
   end
 end)
 
----- raw bit patterns through the C ABI (LuaJIT FFI only) ----
+---- raw bit patterns (nl.encode, nl.decode: nl_convert on raw elements) ----
 
--- The FFI binding has already declared normlab.h; nl_convert is a pure function of the
--- public ABI that converts arrays of raw elements with the semantics of buffer copies.
-local raw
-if nl.binding == "ffi" then
-  local ffi = require("ffi")
-  local dir = os.getenv("NORMLAB_LIBDIR")
-  if dir == nil or dir == "" then
-    local path = package.searchpath("normlab.cdef", package.path)
-    dir = path and (path:match("^(.*)[/\\][^/\\]*$") or ".")
-  end
-  if dir then
-    raw = {ffi = ffi, C = ffi.load(dir .. "/libnormlab_core.so")}
-  end
-end
-local it_raw = raw and it or pending
-
--- Element i of a double array as a Lua number. LuaJIT 2.1.0-beta3 (GC64) does not
--- canonicalize NaNs loaded from double cdata: a negative NaN with payload bits besides the
--- quiet bit (fp16 0xff00 widens to 0xfffc000000000000) comes back as a bogus GC object, not a
--- number, and crashes the interpreter later. So NaNs are recognized from their bits and
--- replaced by a Lua NaN.
-local function load_double(d, u32, i)
-  local hi, lo = tonumber(u32[2 * i + 1]), tonumber(u32[2 * i])
-  local mag = hi % 2 ^ 31
-  if mag > 0x7ff00000 or (mag == 0x7ff00000 and lo ~= 0) then
-    return NAN
-  end
-  return d[i]
-end
-
-describe("raw bit patterns (nl_convert through the FFI)", function()
-  local DT = {fp16 = "NL_F16", bf16 = "NL_BF16", fp8e4m3 = "NL_F8E4M3", fp8e5m2 = "NL_F8E5M2"}
-
+describe("raw bit patterns", function()
   for _, name in ipairs(SMALL) do
     local f = FMT[name]
-    it_raw(name .. ": every pattern decodes to its value and encodes back", function()
-      local ffi, C = raw.ffi, raw.C
+    it(name .. ": every pattern decodes to its value and encodes back", function()
       local n = 2 ^ f.bits
-      local ctype = f.bits == 16 and "uint16_t[?]" or "uint8_t[?]"
-      local bits, dbl, back = ffi.new(ctype, n), ffi.new("double[?]", n), ffi.new(ctype, n)
+      local bits = {}
       for p = 0, n - 1 do
-        bits[p] = p
+        bits[p + 1] = p
       end
-      assert.are.equal(0, tonumber(C.nl_convert(C[DT[name]], bits, C.NL_F64, dbl, n)))
-      local u32 = ffi.cast("uint32_t *", dbl)
-      local got = {}
-      for p = 0, n - 1 do
-        got[p + 1] = load_double(dbl, u32, p)
-      end
-      check_list(name .. " decode", got, values[name], function(i) return hex(f, i - 1) end)
+      check_list(name .. " decode", nl.decode(name, bits), values[name],
+        function(i) return hex(f, i - 1) end)
       -- encode: every value gives its own pattern back (fp8e5m2's infinities: max), NaNs
       -- some NaN pattern
-      for p = 0, n - 1 do
-        dbl[p] = values[name][p + 1]
-      end
-      assert.are.equal(0, tonumber(C.nl_convert(C.NL_F64, dbl, C[DT[name]], back, n)))
+      local back = nl.encode(name, values[name])
       local bad = {}
       for p = 0, n - 1 do
         local v = values[name][p + 1]
         local want = round_to(f, v)
         local ok
         if v ~= v then
-          local d = decode(f, back[p])
+          local d = decode(f, back[p + 1])
           ok = d ~= d
         else
-          ok = same(decode(f, back[p]), want) and (want ~= v or back[p] == p)
+          ok = same(decode(f, back[p + 1]), want) and (want ~= v or back[p + 1] == p)
         end
         if not ok and #bad < 8 then
-          bad[#bad + 1] = string.format("%s -> %s", hex(f, p), hex(f, back[p]))
+          bad[#bad + 1] = string.format("%s -> %s", hex(f, p), hex(f, back[p + 1]))
         end
       end
       assert(#bad == 0, name .. " encode: " .. table.concat(bad, ", "))
     end)
 
-    it_raw(name .. ": rounding cases give the expected patterns", function()
-      local ffi, C = raw.ffi, raw.C
+    it(name .. ": rounding cases give the expected patterns", function()
       local inputs, want, why = rounding_cases(f)
-      local n = #inputs
-      local src = ffi.new("double[?]", n)
-      local out = ffi.new(f.bits == 16 and "uint16_t[?]" or "uint8_t[?]", n)
-      for i = 1, n do
-        src[i - 1] = inputs[i]
-      end
-      assert.are.equal(0, tonumber(C.nl_convert(C.NL_F64, src, C[DT[name]], out, n)))
+      local out = nl.encode(name, inputs)
       local got = {}
-      for i = 1, n do
-        got[i] = decode(f, out[i - 1])
+      for i = 1, #inputs do
+        got[i] = decode(f, out[i])
       end
       check_list(name .. " rounding (patterns decoded here)", got, want, function(i)
-        return string.format("%s: pattern %s", why[i], hex(f, out[i - 1]))
+        return string.format("%s: pattern %s", why[i], hex(f, out[i]))
       end)
     end)
   end
+
+  it("refuses fp64, lists that are not lists and out-of-range patterns", function()
+    assert.has_error(function() nl.encode("fp64", {1}) end)
+    assert.has_error(function() nl.decode("bf16", 3) end)
+    assert.has_error(function() nl.decode("fp8e4m3", {256}) end)
+    assert.has_error(function() nl.decode("fp16", {-1}) end)
+  end)
 end)

@@ -259,7 +259,8 @@ nl_status nl_buf_read_f64(nl_ctx *ctx, const nl_buf *src, int64_t offset, int64_
 nl_status nl_buf_upload(nl_ctx *ctx, nl_buf *dst, const void *src, int64_t nbytes);
 nl_status nl_buf_download(nl_ctx *ctx, const nl_buf *src, void *dst, int64_t nbytes);
 
-/* Host-side dtype conversion, round to nearest even; fp8 saturates to its max finite value. */
+/* Host-side dtype conversion, round to nearest even; fp8 saturates to its max finite value.
+ * NaNs converted to fp64 come out as the one canonical quiet NaN. */
 nl_status nl_convert(int32_t src_dtype, const void *src, int32_t dst_dtype, void *dst, int64_t n);
 int32_t nl_dtype_size(int32_t dtype);
 const char *nl_dtype_name(int32_t dtype);

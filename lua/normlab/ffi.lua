@@ -319,6 +319,52 @@ ffi.metatype(buf_ct, {
 
 ---- module functions ----
 
+-- encode(dtype, values) -> bit patterns, decode(dtype, patterns) -> values: nl_convert on
+-- raw elements of at most 32 bits (every pattern is an exact Lua number).
+local RAW = {[1] = "uint8_t[?]", [2] = "uint16_t[?]", [4] = "uint32_t[?]"}
+
+local function raw_type(dt)
+  local es = tonumber(C.nl_dtype_size(checkint(dt, "dtype")))
+  if not RAW[es] then
+    util.failf("bit patterns: dtype %d is not a type of at most 32 bits", dt)
+  end
+  return RAW[es], es
+end
+
+function M.encode(dt, values)
+  local ct = raw_type(dt)
+  local n = #values
+  local src, dst = ffi.new("double[?]", n + 1), ffi.new(ct, n + 1)
+  for i = 1, n do
+    src[i - 1] = checknum(values[i], "values[" .. i .. "]")
+  end
+  C.nl_convert(C.NL_F64, src, dt, dst, n)
+  local out = {}
+  for i = 1, n do
+    out[i] = tonumber(dst[i - 1])
+  end
+  return out
+end
+
+function M.decode(dt, bits)
+  local ct, es = raw_type(dt)
+  local n = #bits
+  local src, dst = ffi.new(ct, n + 1), ffi.new("double[?]", n + 1)
+  for i = 1, n do
+    local b = checkint(bits[i], "bits[" .. i .. "]")
+    if b < 0 or b >= 2 ^ (8 * es) then
+      util.failf("decode: element %d (%d) is not a %d-bit pattern", i, b, 8 * es)
+    end
+    src[i - 1] = b
+  end
+  C.nl_convert(dt, src, C.NL_F64, dst, n)
+  local out = {}
+  for i = 1, n do
+    out[i] = dst[i - 1]
+  end
+  return out
+end
+
 function M.version()
   return ffi.string(C.nl_version())
 end

@@ -43,6 +43,23 @@ local nl = {
   bench = require("normlab.bench"),
 }
 
+-- nl.encode(dtype, values) -> bit patterns (each value rounded to the dtype as a store would),
+-- nl.decode(dtype, patterns) -> values, for the types of at most 32 bits:
+--   nl.encode("fp8e4m3", {1.5, 500}) --> {60, 126}    nl.decode("bf16", {0x3f80}) --> {1}
+local function raw(who, fn)
+  return function(dtype, list)
+    if type(list) ~= "table" then
+      util.failf("%s: expected a list, got %s", who, type(list))
+    end
+    if dtype == "fp64" then
+      util.failf("%s: fp64 bit patterns do not fit a Lua number; use fp32, fp16, bf16 or fp8", who)
+    end
+    return fn(buffer.dtype(who, dtype), list)
+  end
+end
+nl.encode = raw("encode", core.encode)
+nl.decode = raw("decode", core.decode)
+
 -- nl.seed(s): restarts the context's seed counter, from which randn and uniform draw when no
 -- seed is given, so that a whole script becomes reproducible.
 function nl.seed(s)
