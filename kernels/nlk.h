@@ -58,8 +58,8 @@ typedef struct nlk_norm {
   int32_t threads;  /* CPU worker threads */
   void *stream;     /* cudaStream_t */
   int32_t sm_count;
-  void *sync;       /* CUDA: zero-initialised device words for grid barriers; a kernel that
-                     * uses them must leave them zero again */
+  void *sync;       /* CUDA: device words for grid barriers, zeroed once per context: word 0
+                     * counts arrivals and must be left at zero, word 1 is a generation */
 
   /* tuning, set from the context's settings before supports/workspace/launch */
   int32_t items;          /* target 16-byte vectors per thread per row */
