@@ -7,26 +7,7 @@ local helper = require("spec.helper")
 local cpu = nl.device("cpu")
 local it_cuda = helper.cuda and it or pending
 
-local pool
-local function keep(...)
-  for i = 1, select("#", ...) do
-    local b = select(i, ...)
-    if b ~= nil then
-      pool[#pool + 1] = b
-    end
-  end
-  return ...
-end
-
-before_each(function()
-  pool = {}
-end)
-
-after_each(function()
-  for _, b in ipairs(pool) do
-    b:free()
-  end
-end)
+local keep = helper.keeper(after_each)
 
 describe("the library", function()
   it("names its version, binding and CUDA support", function()

@@ -15,6 +15,7 @@
 -- a backward is checked on its own. Tolerances are nl.tolerance's for the activation dtype,
 -- dw and db growing with sqrt(M); residual_out (one rounding of an exact sum) must be exact.
 local nl = require("normlab")
+local helper = require("spec.helper")
 
 local cpu = nl.device("cpu")
 local NAN = 0 / 0
@@ -23,29 +24,7 @@ local STRATEGIES = {"row", "persistent", "auto"}
 local DTYPES = {"fp32", "fp16", "bf16"}
 local OPS = {"rmsnorm", "layernorm", "add_rmsnorm"}
 
-local pool
-local function keep(...)
-  for i = 1, select("#", ...) do
-    local b = select(i, ...)
-    if b ~= nil then
-      pool[#pool + 1] = b
-    end
-  end
-  return ...
-end
-
-local function release()
-  for _, b in ipairs(pool) do
-    b:free()
-  end
-  pool = {}
-end
-
-before_each(function()
-  pool = {}
-end)
-
-after_each(release)
+local keep, release = helper.keeper(after_each)
 
 ---- one case ----
 

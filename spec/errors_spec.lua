@@ -9,21 +9,7 @@ local raises = helper.raises
 local it_cuda = helper.cuda and it or pending
 
 -- Buffers of one test, freed together.
-local pool
-local function keep(b)
-  pool[#pool + 1] = b
-  return b
-end
-
-before_each(function()
-  pool = {}
-end)
-
-after_each(function()
-  for _, b in ipairs(pool) do
-    b:free()
-  end
-end)
+local keep = helper.keeper(after_each)
 
 local function sentinel(shape, dtype)
   return keep(cpu:full(shape, 7, dtype))

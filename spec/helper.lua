@@ -13,6 +13,10 @@
 --                                     `local it_cuda = helper.cuda and it or pending`, so that
 --                                     they show as pending on a machine without a GPU.
 --   helper.flat(buf)                  the values of a buffer as one flat list.
+--   local keep, release = helper.keeper(after_each)   buffers passed to keep(...) (which
+--                                     returns them) are freed after each test of the calling
+--                                     file (busted's hooks live in the spec's environment, so
+--                                     the spec hands its after_each over), or by release().
 --   helper.raises(msg, fn, ...)       fn(...) raises exactly msg, reported at the user's line:
 --                                     the spec's when fn is a closure written there, this
 --                                     file's pcall when fn is a library function, never a line
@@ -30,6 +34,27 @@ for _, d in ipairs(nl.devices()) do
     helper.cuda = d
     break
   end
+end
+
+function helper.keeper(after_each)
+  local pool = {}
+  local function keep(...)
+    for i = 1, select("#", ...) do
+      local b = select(i, ...)
+      if b ~= nil then
+        pool[#pool + 1] = b
+      end
+    end
+    return ...
+  end
+  local function release()
+    for _, b in ipairs(pool) do
+      b:free()
+    end
+    pool = {}
+  end
+  after_each(release)
+  return keep, release
 end
 
 function helper.flat(b)

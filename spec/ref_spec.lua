@@ -9,29 +9,11 @@
 --     and offset. rstd and mean are stored fp32 by contract, so the backward is only good to
 --     about 1e-7 relative; the bound used is a few 1e-6.
 local nl = require("normlab")
+local helper = require("spec.helper")
 
 local cpu = nl.device("cpu")
 
-local pool
-local function keep(...)
-  for i = 1, select("#", ...) do
-    local b = select(i, ...)
-    if b ~= nil then
-      pool[#pool + 1] = b
-    end
-  end
-  return ...
-end
-
-before_each(function()
-  pool = {}
-end)
-
-after_each(function()
-  for _, b in ipairs(pool) do
-    b:free()
-  end
-end)
+local keep = helper.keeper(after_each)
 
 local function vals(b)
   return b:read(0, #b)
