@@ -93,16 +93,6 @@ __device__ __forceinline__ float group_reduce(float v, int G, float (*red)[32], 
   return v;
 }
 
-/* Weight element as fp32, offset added; 1 when non-affine. */
-template <typename T>
-__device__ __forceinline__ float weight_at(const void *w, int wf32, float offset, int col)
-{
-  if (!w)
-    return 1.f;
-  return (wf32 ? __ldg(static_cast<const float *>(w) + col)
-               : to_f(static_cast<const T *>(w)[col])) + offset;
-}
-
 /* The VEC weights of pack v as fp32 (offset added; 1 when non-affine), in 16-byte loads
  * through the read-only path: every row re-reads the same columns, so they stay in L1. */
 template <typename T, int VEC>
