@@ -188,6 +188,22 @@ local function check_bwd(p, variant, o)
   return true
 end
 
+-- Every forward and backward variant on p; returns how many of them refused its shape.
+local function check_all(p)
+  local skipped = 0
+  for _, v in ipairs(FWD) do
+    if not check_fwd(p, v) then
+      skipped = skipped + 1
+    end
+  end
+  for _, v in ipairs(BWD) do
+    if not check_bwd(p, v) then
+      skipped = skipped + 1
+    end
+  end
+  return skipped
+end
+
 local function shapes()
   local list = {}
   for _, M in ipairs(MS) do
@@ -207,16 +223,7 @@ describe("CUDA rmsnorm #cuda", function()
       for _, s in ipairs(shapes()) do
         local p = problem(s[1], s[2], dtype)
         reference(p)
-        for _, v in ipairs(FWD) do
-          if not check_fwd(p, v) then
-            skipped = skipped + 1
-          end
-        end
-        for _, v in ipairs(BWD) do
-          if not check_bwd(p, v) then
-            skipped = skipped + 1
-          end
-        end
+        skipped = skipped + check_all(p)
         release(p)
       end
       -- blockrow refuses the wide rows only: N > 2048 (bf16/fp16) or 1024 (fp32) with
@@ -233,12 +240,7 @@ describe("CUDA rmsnorm #cuda", function()
             local offset = weight ~= "none" and cast == "gemma" and 1 or 0
             local p = problem(s[1], s[2], dtype, {weight = weight, cast = cast, offset = offset})
             reference(p)
-            for _, v in ipairs(FWD) do
-              check_fwd(p, v)
-            end
-            for _, v in ipairs(BWD) do
-              check_bwd(p, v)
-            end
+            check_all(p)
             release(p)
           end
         end
@@ -252,12 +254,7 @@ describe("CUDA rmsnorm #cuda", function()
         for _, weight in ipairs({"x", "none"}) do
           local p = problem(s[1], s[2], dtype, {weight = weight, add = true})
           reference(p)
-          for _, v in ipairs(FWD) do
-            check_fwd(p, v)
-          end
-          for _, v in ipairs(BWD) do
-            check_bwd(p, v)
-          end
+          check_all(p)
           release(p)
         end
       end
@@ -304,12 +301,7 @@ describe("CUDA rmsnorm #cuda", function()
             ["rmsnorm.fwd.block"] = block, ["rmsnorm.bwd.block"] = block,
             ["rmsnorm.bwd.prefetch"] = (items + block) % 2,
             ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2}, function()
-            for _, v in ipairs(FWD) do
-              check_fwd(p, v)
-            end
-            for _, v in ipairs(BWD) do
-              check_bwd(p, v)
-            end
+            check_all(p)
           end)
         end
       end
@@ -321,12 +313,7 @@ describe("CUDA rmsnorm #cuda", function()
     for _, pad in ipairs({8, 3}) do
       local p = problem(37, 1024, "bf16", {stride = pad})
       reference(p)
-      for _, v in ipairs(FWD) do
-        check_fwd(p, v)
-      end
-      for _, v in ipairs(BWD) do
-        check_bwd(p, v)
-      end
+      check_all(p)
       release(p)
     end
   end)
