@@ -15,14 +15,7 @@
 
 #include "registry.h"
 
-enum { N_FIELDS = 13, MAX_BATCHES = 1000 };
-
-static nl_buf **fields_of(nl_norm_args *a, int i)
-{
-  nl_buf **all[N_FIELDS] = {&a->x, &a->residual, &a->dy, &a->dres, &a->w, &a->b, &a->rstd,
-                            &a->mean, &a->y, &a->residual_out, &a->dx, &a->dw, &a->db};
-  return all[i];
-}
+enum { N_FIELDS = NL_ARG_COUNT, MAX_BATCHES = 1000 };
 
 typedef struct bench_sets {
   int count;
@@ -62,20 +55,20 @@ static nl_status sets_make(nl_ctx *ctx, const char *variant, const nl_norm_args 
     nl_norm_args *a = &s->args[k];
     *a = *proto;
     for (int f = 0; f < N_FIELDS && st == NL_OK; f++) {
-      nl_buf *orig = *fields_of(&s->args[0], f);
+      nl_buf *orig = nl__arg(&s->args[0], f);
       int g;
       if (!orig)
         continue;
       for (g = 0; g < f; g++)
-        if (*fields_of(&s->args[0], g) == orig)
+        if (nl__arg(&s->args[0], g) == orig)
           break;
       if (g < f) {
-        *fields_of(a, f) = *fields_of(a, g);
+        *nl__arg_slot(a, f) = *nl__arg_slot(a, g);
         continue;
       }
-      st = nl__buf_clone(ctx, orig, fields_of(a, f));
+      st = nl__buf_clone(ctx, orig, nl__arg_slot(a, f));
       if (st == NL_OK)
-        s->owned[s->n_owned++] = *fields_of(a, f);
+        s->owned[s->n_owned++] = *nl__arg_slot(a, f);
     }
   }
   for (int k = 0; k < count && st == NL_OK; k++)
@@ -94,14 +87,13 @@ static nl_status sets_make(nl_ctx *ctx, const char *variant, const nl_norm_args 
 static int64_t set_bytes(const nl_norm_args *a)
 {
   int64_t total = 0;
-  nl_norm_args copy = *a;
   for (int f = 0; f < N_FIELDS; f++) {
-    nl_buf *b = *fields_of(&copy, f);
+    nl_buf *b = nl__arg(a, f);
     int g, dup = 0;
     if (!b)
       continue;
     for (g = 0; g < f; g++)
-      dup |= *fields_of(&copy, g) == b;
+      dup |= nl__arg(a, g) == b;
     if (!dup)
       total += (int64_t)b->nbytes;
   }

@@ -93,6 +93,21 @@ void nl__settings_defaults(nl_ctx *ctx);
 size_t nl__buf_row_bytes(const nl_buf *b);
 nl_status nl__buf_clone(nl_ctx *ctx, const nl_buf *src, nl_buf **out); /* same layout and contents */
 
+/* registry.c: the buffer fields of nl_norm_args (x, residual, dy, dres, w, b, rstd, mean, y,
+ * residual_out, dx, dw, db, in that order) for code that walks all of them. */
+enum { NL_ARG_COUNT = 13 };
+extern const size_t nl__arg_offsets[NL_ARG_COUNT];
+
+static inline nl_buf *nl__arg(const nl_norm_args *a, int f)
+{
+  return *(nl_buf *const *)((const char *)a + nl__arg_offsets[f]);
+}
+
+static inline nl_buf **nl__arg_slot(nl_norm_args *a, int f)
+{
+  return (nl_buf **)((char *)a + nl__arg_offsets[f]);
+}
+
 /* registry.c: a validated, resolved run */
 typedef struct nl_variant nl_variant;
 typedef struct nl_plan {

@@ -4,6 +4,7 @@
  * consistent shapes, dtypes, devices and aliasing; bad input changes nothing.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,7 +17,15 @@ static const char *const reduce_names[] = {"default", "temp", "partials", "atomi
 /* ---- the argument table: which fields each op and pass reads and writes ---- */
 
 enum field { F_X, F_RES, F_DY, F_DRES, F_W, F_B, F_RSTD, F_MEAN, F_Y, F_RES_OUT, F_DX, F_DW, F_DB,
-             F_COUNT };
+             F_COUNT = NL_ARG_COUNT };
+
+const size_t nl__arg_offsets[NL_ARG_COUNT] = {
+  offsetof(nl_norm_args, x), offsetof(nl_norm_args, residual), offsetof(nl_norm_args, dy),
+  offsetof(nl_norm_args, dres), offsetof(nl_norm_args, w), offsetof(nl_norm_args, b),
+  offsetof(nl_norm_args, rstd), offsetof(nl_norm_args, mean), offsetof(nl_norm_args, y),
+  offsetof(nl_norm_args, residual_out), offsetof(nl_norm_args, dx), offsetof(nl_norm_args, dw),
+  offsetof(nl_norm_args, db),
+};
 enum use { NO = 0, REQ = 1, OPT = 2 };
 enum kind { ACT, VEC, STAT };
 
@@ -49,12 +58,7 @@ static int is_output(int pass, enum field f)
          (pass == NL_FWD && (f == F_RSTD || f == F_MEAN));
 }
 
-static nl_buf *field(const nl_norm_args *a, enum field f)
-{
-  nl_buf *const all[F_COUNT] = {a->x, a->residual, a->dy, a->dres, a->w, a->b, a->rstd, a->mean,
-                                a->y, a->residual_out, a->dx, a->dw, a->db};
-  return all[f];
-}
+static nl_buf *field(const nl_norm_args *a, enum field f) { return nl__arg(a, (int)f); }
 
 /* Splits "<op>.<pass>.<strategy>". */
 static nl_status parse_name(nl_ctx *ctx, const char *name, int *op, int *pass, char *strategy,
