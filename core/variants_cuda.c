@@ -40,6 +40,7 @@ static void tune_fwd(const nl_ctx *ctx, nlk_norm *k)
   k->items = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_ITEMS);
   k->block_pref = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_BLOCK);
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_CTAS_PER_SM);
+  k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_STAGES);
 }
 
 static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
@@ -48,7 +49,7 @@ static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
   k->block_pref = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_BLOCK);
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_CTAS_PER_SM);
   k->fused_reduce = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_FUSED_REDUCE);
-  k->prefetch = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_PREFETCH);
+  k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_STAGES);
 }
 
 static int blockrow_fits(const nl_ctx *ctx, const nlk_norm *k, enum nl_setting_id max_n)
@@ -87,7 +88,8 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
    "256-thread CTAs, a warp or less per row, shuffle reductions only", BR_LIMITS, DTYPES, 0, 0,  \
    blockrow_supports, NULL, nlk_cuda_rms_fwd_blockrow, NULL, tune_fwd},                         \
   {OPNAME ".fwd.persistent", OP, NL_FWD, NL_CUDA, "persistent",                                 \
-   "grid = SMs x resident CTAs striding over rows, weight in registers once per CTA", LIMITS,    \
+   "grid = SMs x resident CTAs striding over rows, weight in registers once per CTA, the next "  \
+   "rows in flight through cp.async (rmsnorm.fwd.stages)", LIMITS,                              \
    DTYPES, 0, 0, rms_supports, NULL, nlk_cuda_rms_fwd_persistent, NULL, tune_fwd},              \
   {OPNAME ".fwd.auto", OP, NL_FWD, NL_CUDA, "auto",                                             \
    "blockrow for N <= rmsnorm.fwd.blockrow_max_n, persistent from rmsnorm.fwd.persistent_min_m " \
@@ -101,11 +103,13 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
    BR_LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, blockrow_supports,                            \
    nlk_cuda_rms_bwd_blockrow_ws, nlk_cuda_rms_bwd_blockrow, NULL, tune_bwd},                    \
   {OPNAME ".bwd.partials", OP, NL_BWD, NL_CUDA, "partials",                                     \
-   "grid = SM count over contiguous row chunks, dW in registers; (SMs x N) partials + reduce",   \
+   "grid = SM count over contiguous row chunks, next rows in flight through cp.async, dW in "    \
+   "registers; (SMs x N) partials + reduce",                                                   \
    LIMITS, DTYPES, NL_RED(NL_REDUCE_PARTIALS), NL_REDUCE_PARTIALS, rms_supports,                \
    nlk_cuda_rms_bwd_partials_ws, nlk_cuda_rms_bwd_partials, NULL, tune_bwd},                    \
   {OPNAME ".bwd.persistent", OP, NL_BWD, NL_CUDA, "persistent",                                 \
-   "grid = SMs x resident CTAs striding over rows, dW in registers; partials reduced after a "  \
+   "grid = SMs x resident CTAs striding over rows, next rows in flight through cp.async, dW in " \
+   "registers; partials reduced after a "                                                        \
    "grid barrier in the same kernel (rmsnorm.bwd.fused_reduce) or by the reduce kernel",        \
    LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, rms_supports, nlk_cuda_rms_bwd_persistent_ws,    \
    nlk_cuda_rms_bwd_persistent, NULL, tune_bwd},                                                \

@@ -66,8 +66,8 @@ typedef struct nlk_norm {
   int32_t block_pref;     /* persistent / partials: preferred threads per CTA */
   int32_t ctas_per_sm;    /* persistent grids: CTAs per SM (0: as many as fit) */
   int32_t fused_reduce;   /* persistent backward: reduce dW partials in-kernel after a grid barrier */
-  int32_t prefetch;       /* persistent and partials backward: 1 loads the next row before the
-                           * current one is worked on */
+  int32_t stages;         /* pipelined kernels (persistent, partials backward): rows each
+                           * thread has in flight, the current one included (2..4) */
   int32_t cuda_error;     /* [out] cudaError_t when a launcher returns NLK_ERR_CUDA */
   int32_t grid;           /* [out] blocks (CUDA) or threads (CPU) used by the main kernel */
   int32_t block;          /* [out] threads per block */

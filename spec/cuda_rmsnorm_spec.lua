@@ -299,7 +299,8 @@ describe("CUDA rmsnorm #cuda", function()
         for _, block in ipairs({32, 128, 1024}) do
           with_settings({["rmsnorm.fwd.items"] = items, ["rmsnorm.bwd.items"] = items,
             ["rmsnorm.fwd.block"] = block, ["rmsnorm.bwd.block"] = block,
-            ["rmsnorm.bwd.prefetch"] = (items + block) % 2,
+            ["rmsnorm.fwd.stages"] = 2 + (items + block) % 3,
+            ["rmsnorm.bwd.stages"] = 2 + (items + block + 1) % 3,
             ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2}, function()
             check_all(p)
           end)

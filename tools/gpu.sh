@@ -41,13 +41,17 @@ for step in $steps; do
       run bwd_large "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --M 32768 --N 4096,8192 --dtypes bf16 --markdown "$OUT/bwd_large.md"
       run fwd "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --markdown "$OUT/fwd.md" --json "$OUT/fwd.json" ;;
     tune)
-      # the settings sweeps behind the defaults in core/settings.c
-      run tune_bwd "$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check \
-        --op rmsnorm.bwd --variants persistent --M 4096,32768 --N 1024,4096,8192,16384 \
-        --set rmsnorm.bwd.items=1,2,4 --set rmsnorm.bwd.block=256,512,1024 --markdown "$OUT/tune_bwd.md"
-      run tune_fwd "$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check \
-        --op rmsnorm.fwd --variants row,persistent --M 4096,32768 --N 1024,4096,16384 \
-        --set rmsnorm.fwd.items=1,2,4 --set rmsnorm.fwd.block=256,1024 --markdown "$OUT/tune_fwd.md" ;;
+      # the settings sweeps behind the defaults in core/settings.c (bf16, weights in x's dtype)
+      tune=("$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check
+            --weight x --dtypes bf16)
+      run tune_bwd "${tune[@]}" --op rmsnorm.bwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
+        --set rmsnorm.bwd.items=1,2,4 --set rmsnorm.bwd.block=512,1024 --set rmsnorm.bwd.stages=2,3,4 \
+        --markdown "$OUT/tune_bwd.md"
+      run tune_fwd "${tune[@]}" --op rmsnorm.fwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
+        --set rmsnorm.fwd.items=1,2,4 --set rmsnorm.fwd.block=256,1024 --set rmsnorm.fwd.stages=2,3 \
+        --markdown "$OUT/tune_fwd.md"
+      run tune_fwd_row "${tune[@]}" --op rmsnorm.fwd --variants row --M 4096,32768 --N 2048,4096,8192,16384 \
+        --set rmsnorm.fwd.items=1,2,4 --markdown "$OUT/tune_fwd_row.md" ;;
     anchors)
       run anchors python3 .gpu/anchors.py ;;
     *) echo "unknown step $step"; status=1 ;;

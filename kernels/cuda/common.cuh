@@ -41,15 +41,37 @@ template <typename T, int VEC> struct __align__(sizeof(T) * VEC) Pack {
 };
 
 template <typename T, int VEC>
+__device__ __forceinline__ const Pack<T, VEC> *pack_at(const void *base, int64_t row, int64_t stride,
+                                                       int vec)
+{
+  return reinterpret_cast<const Pack<T, VEC> *>(static_cast<const T *>(base) + row * stride) + vec;
+}
+
+template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> load(const void *base, int64_t row, int64_t stride, int vec)
 {
-  return reinterpret_cast<const Pack<T, VEC> *>(static_cast<const T *>(base) + row * stride)[vec];
+  return *pack_at<T, VEC>(base, row, stride, vec);
 }
 
 template <typename T, int VEC>
 __device__ __forceinline__ void store(void *base, int64_t row, int64_t stride, int vec, const Pack<T, VEC> &p)
 {
   reinterpret_cast<Pack<T, VEC> *>(static_cast<T *>(base) + row * stride)[vec] = p;
+}
+
+/* Hides a pack's value from the optimiser. Kernels call it on the packs they keep across a
+ * row's reduction: otherwise the compiler keeps the fp32 conversions of the first pass alive
+ * (two or four registers per packed one) instead of converting again, and occupancy drops. */
+template <typename T, int VEC>
+__device__ __forceinline__ void opaque(Pack<T, VEC> &p)
+{
+  if constexpr (sizeof(p) % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < (int)(sizeof(p) / 4); k++)
+      asm volatile("" : "+r"(reinterpret_cast<unsigned *>(&p)[k]));
+  } else if constexpr (sizeof(p) == 2) {
+    asm volatile("" : "+h"(*reinterpret_cast<unsigned short *>(&p)));
+  }
 }
 
 /* The packs of one row that a thread of a G-thread group holds: v = lane + i*G. */
@@ -114,6 +136,112 @@ __device__ __forceinline__ void load_w(const void *w, int wf32, float offset, in
       out[j] = to_f(p.v[j]) + offset;
   }
 }
+
+/* Shared memory that a pipelined launch stages per thread: `per_item` bytes for each pack
+ * it holds plus `fixed`, within `budget` bytes per CTA (budget 0: nothing staged). */
+struct SmemCost {
+  int64_t per_item, fixed, budget;
+  __host__ int64_t threads(int items) const
+  {
+    return budget ? budget / (items * per_item + fixed) : INT64_MAX;
+  }
+};
+
+/* Asynchronous global -> shared copies (cp.async, sm_80+). They hold no registers while in
+ * flight, so a kernel can keep several rows' loads outstanding whatever its register budget.
+ * 16-byte copies bypass L1 (.cg), keeping it for the weight; packs under 4 bytes (fp16/bf16
+ * without 16-byte alignment) are copied synchronously. */
+template <typename P>
+__device__ __forceinline__ void copy_async(P *dst, const P *src)
+{
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  if constexpr (sizeof(P) == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+  else if constexpr (sizeof(P) == 4 || sizeof(P) == 8)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(sizeof(P))
+                 : "memory");
+  else
+    *dst = *src;
+}
+
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+/* Waits until at most `pending` (0..3) of this thread's committed copy groups are in flight. */
+__device__ __forceinline__ void copy_wait(int pending)
+{
+  switch (pending) {
+  case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+  case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+  case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+  default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+  }
+}
+
+/* A thread's private slots in a pipelined kernel's shared memory: for each of `stages` rows
+ * in flight, one pack per item of each of `streams` inputs, then one float per stage (the
+ * backward's rstd). Laid out [stage][stream][item][thread], so a warp's copies fill
+ * consecutive addresses; only the thread that copies a slot reads it, so no barrier guards
+ * the slots (cp.async.wait_group makes a thread's own copies visible to it). */
+template <typename P, int ITEMS> struct Staging {
+  P *packs;
+  float *floats;
+  int stages, streams;
+  __device__ Staging(void *smem, int stages_, int streams_)
+      : packs(static_cast<P *>(smem)), stages(stages_), streams(streams_)
+  {
+    floats = reinterpret_cast<float *>(packs + (size_t)stages * streams * ITEMS * blockDim.x);
+  }
+  __device__ P *at(int stage, int stream, int item) const
+  {
+    return packs + ((stage * streams + stream) * ITEMS + item) * blockDim.x + threadIdx.x;
+  }
+  __device__ float *scalar(int stage) const { return floats + stage * blockDim.x + threadIdx.x; }
+};
+
+/* The staging cost of Staging<P, ITEMS> per thread, for row_cfg. */
+__host__ inline SmemCost staging_cost(int stages, int streams, int pack_bytes, int scalars,
+                                      int64_t budget)
+{
+  return SmemCost{(int64_t)stages * streams * pack_bytes, (int64_t)stages * scalars * 4, budget};
+}
+
+/* A thread's weights for its packs: packs of x's dtype are loaded as they are (early, with
+ * x) and converted where used, in half the registers of fp32 values; fp32 weights are read
+ * where used, from L1. Kernels that keep them across rows call refresh() once per row so
+ * the compiler does not hoist the conversions out of the loop into fp32 registers. */
+template <typename T, int VEC, int ITEMS> struct Weights {
+  Pack<T, VEC> raw[ITEMS];
+  const void *w;
+  int wf32;
+  float offset;
+  __device__ __forceinline__ Weights(const void *w_, int wf32_, float offset_, int lane, int G,
+                                     int nvec)
+      : w(w_), wf32(wf32_), offset(offset_)
+  {
+    if (w && !wf32)
+#pragma unroll
+      for (int i = 0; i < ITEMS; i++)
+        if (lane + i * G < nvec)
+          raw[i] = reinterpret_cast<const Pack<T, VEC> *>(w)[lane + i * G];
+  }
+  __device__ __forceinline__ void refresh()
+  {
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++)
+      opaque(raw[i]);
+  }
+  /* item i's weights (pack v) as fp32, offset added */
+  __device__ __forceinline__ void get(int i, int v, float (&W)[VEC]) const
+  {
+    if (w && !wf32) {
+#pragma unroll
+      for (int j = 0; j < VEC; j++)
+        W[j] = to_f(raw[i].v[j]) + offset;
+    } else {
+      load_w<T, VEC>(w, wf32, offset, v, W);
+    }
+  }
+};
 
 /* Grid-wide barrier for cooperative launches (all CTAs co-resident). sync[0] counts
  * arrivals and is back to zero afterwards; sync[1] is a generation number. */
@@ -190,12 +318,11 @@ enum RowMode {
 
 /* Threads per row and packs per thread: the fewest packs per thread, from the target
  * k->items up, that fit the block limits. MANY_ROWS CTAs take `block_pref` threads (capped
- * by the limits), fewer when their rows would need more than `max_row_smem` bytes of shared
- * memory at N floats per row (the backward pass accumulates dW there). items == 0:
- * the row is wider than any register layout allows; the looping kernel runs (for WARP_ROWS
- * the caller reports the row as too wide). */
+ * by the limits), fewer when their staging would not fit the shared memory budget.
+ * items == 0: the row is wider than any register layout (or one group's staging) allows; the
+ * looping kernel runs (for WARP_ROWS the caller reports the row as too wide). */
 __host__ inline RowCfg row_cfg(const nlk_norm *k, int elt, RowMode mode, BlockLimits limits,
-                               int block_pref, int64_t max_row_smem)
+                               int block_pref, SmemCost smem)
 {
   RowCfg c;
   int target = k->items < 1 ? 1 : k->items > MAX_ITEMS ? MAX_ITEMS : pow2ceil(k->items);
@@ -217,16 +344,19 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int elt, RowMode mode, BlockLi
       c.group = group < 32 ? 32 : group;
       c.block = c.group;
     } else {
+      const int64_t fit = smem.threads(items);
       int pref = pow2ceil(block_pref < 32 ? 32 : block_pref);
-      int64_t rows = max_row_smem / (k->N * 4);
       c.block = pref > limits(items) ? limits(items) : pref;
-      while (c.block > group && c.block / group > rows)
+      while (c.block > group && c.block > fit)
         c.block >>= 1;
       if (c.block < group)
         c.block = group < 32 ? 32 : group;
     }
-    if (c.block <= limits(items))  /* a limit of 0: no kernel with this many packs */
-      return c;
+    if (c.block > limits(items))  /* a limit of 0: no kernel with this many packs */
+      continue;
+    if (c.block > smem.threads(items))  /* more packs per thread would not fit either */
+      break;
+    return c;
   }
   c.items = 0;
   c.group = c.block = LOOP_BLOCK;
@@ -284,6 +414,23 @@ __host__ inline cudaError_t allow_smem(const void *kernel, size_t bytes)
   else if (used < 256)
     memo[used++] = entry{kernel, bytes};
   return e;
+}
+
+/* The dynamic shared memory one CTA may opt in to on the current device, less 1 KB for the
+ * kernels' static arrays (once per process, like the occupancy memo below). */
+__host__ inline int64_t smem_budget()
+{
+  static int64_t memo = -1;
+  if (memo < 0) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      cudaGetLastError();
+      v = 48 * 1024;
+    }
+    memo = (int64_t)v - 1024;
+  }
+  return memo;
 }
 
 /* Resident CTAs per SM of a kernel at a block size and dynamic shared memory. The answer is

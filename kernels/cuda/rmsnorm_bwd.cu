@@ -2,7 +2,7 @@
  * rmsnorm_bwd.cu: RMSNorm backward (and add_rmsnorm's, which adds the gradient arriving at
  * residual_out into dx): dx from dy, x, w and the saved rstd; dW summed over rows.
  *
- * One kernel body; the strategies differ in how rows map to CTAs and how dW is reduced:
+ * The strategies differ in how rows map to CTAs and how dW is reduced:
  *   row        one CTA per row; each row's dW contribution goes to an M x N fp32 temp, then
  *              a column-reduce kernel (the old design: 8MN extra bytes of traffic);
  *   blockrow   256-thread CTAs of a warp (or less) per row; (CTAs x N) fp32 partials + reduce;
@@ -12,11 +12,12 @@
  *              (grid x N) partials reduced in the same kernel after a grid barrier
  *              (cooperative launch: co-residency guaranteed; rmsnorm.bwd.fused_reduce) or by
  *              the reduce kernel. Big CTAs and few of them keep the partials small at small M.
- * The looping strategies (partials, persistent) issue the loads of a group's next row before
- * working on the current one, so DRAM stays busy across the row's barrier, and keep the dW
- * accumulators in shared memory (one row of N floats per group) to leave registers for that
- * prefetch. Every reduction sums in a fixed order, so results are bitwise reproducible; the
- * `atomic` reduction (fp32 atomicAdd into an accumulator) is not.
+ * partials and persistent share one pipelined kernel: a thread always owns the same columns,
+ * so its weight packs and dW accumulators live in registers for the whole kernel, while
+ * its x, dy (and dres) packs of the next rmsnorm.bwd.stages - 1 rows are in flight through
+ * cp.async into shared memory; DRAM stays busy across every row's reduction. Every
+ * reduction sums in a fixed order, so results are bitwise reproducible; the `atomic`
+ * reduction (fp32 atomicAdd into an accumulator) is not.
  * dx may overwrite dy in place: each thread reads its packs of a row before writing them.
  */
 #include "common.cuh"
@@ -33,24 +34,22 @@ struct BwdArgs {
   unsigned int *sync;
   int64_t sx, sdy, sdres, sdx;
   int64_t M, chunk; /* chunk > 0: CTA b owns rows [b*chunk, (b+1)*chunk) */
-  int N, group, wf32, cast, fused, dw_f32;
+  int N, group, wf32, cast, fused, dw_f32, stages;
   float offset;
 };
 
 /* How a kernel reduces dW. DIRECT (row: one row per CTA) stores each row's contribution
  * straight into its row of the temp; REGS (blockrow: one row per group, several groups per
- * CTA) adds in registers and sums the groups through shared memory at the end; LOOP
- * (partials, persistent) strides over rows and accumulates in shared memory, one row of N
- * floats per group, leaving the registers to x and dy; LOOP_PREFETCH also loads each
- * group's next row before working on the current one, into a second register set. */
-enum Flavor { DIRECT, REGS, LOOP, LOOP_PREFETCH };
+ * CTA) adds in registers and sums the groups through shared memory at the end; PIPE
+ * (partials, persistent) strides over rows, staging them through shared memory, and
+ * accumulates in registers. */
+enum Flavor { DIRECT, REGS, PIPE };
 
 /* The largest block per flavor and items, from ptxas's register counts for bf16 (the
- * hungriest dtype) so that nothing spills; 0: no kernel with that many packs. */
-constexpr BlockLimits BWD_LIMITS[4] = {{{1024, 1024, 512, 256}}, {{1024, 512, 512, 256}},
-                                       {{1024, 512, 512, 128}}, {{512, 512, 128, 0}}};
-/* Shared memory for the LOOP accumulators: rows per CTA x N floats. */
-constexpr int64_t MAX_ACC_SMEM = 200 * 1024;
+ * hungriest dtype) so that nothing spills; 0: no kernel with that many packs. PIPE holds
+ * the weight and dW (2 x VEC floats per item) on top of the packs. */
+constexpr BlockLimits BWD_LIMITS[3] = {{{1024, 1024, 512, 256}}, {{1024, 512, 512, 256}},
+                                       {{1024, 512, 512, 0}}};
 
 template <typename T>
 __device__ __forceinline__ void store_dw(void *dw, int dw_f32, int col, float v)
@@ -87,30 +86,20 @@ __device__ void reduce_slice(const BwdArgs &a, float *red)
   }
 }
 
-/* Adds VEC floats at column v*VEC of a row of floats, 16 bytes at a time when VEC allows
- * (rows start at multiples of N floats, and VEC divides N). ADD: += into shared memory;
- * otherwise a plain store (DIRECT, into global memory). */
-template <int VEC, bool ADD>
+/* Stores VEC floats at column v*VEC of a row of floats, 16 bytes at a time when VEC allows
+ * (rows start at multiples of N floats, and VEC divides N). */
+template <int VEC>
 __device__ __forceinline__ void put_floats(float *row, int v, const float (&c)[VEC])
 {
   if (VEC % 4 == 0) {
 #pragma unroll
-    for (int q = 0; q < VEC / 4; q++) {
-      float4 *p = reinterpret_cast<float4 *>(row + v * VEC) + q;
-      float4 t = make_float4(c[4 * q], c[4 * q + 1], c[4 * q + 2], c[4 * q + 3]);
-      if (ADD) {
-        const float4 o = *p;
-        t.x += o.x;
-        t.y += o.y;
-        t.z += o.z;
-        t.w += o.w;
-      }
-      *p = t;
-    }
+    for (int q = 0; q < VEC / 4; q++)
+      reinterpret_cast<float4 *>(row + v * VEC)[q] =
+          make_float4(c[4 * q], c[4 * q + 1], c[4 * q + 2], c[4 * q + 3]);
   } else {
 #pragma unroll
     for (int j = 0; j < VEC; j++)
-      row[v * VEC + j] = ADD ? row[v * VEC + j] + c[j] : c[j];
+      row[v * VEC + j] = c[j];
   }
 }
 
@@ -124,45 +113,47 @@ __device__ __forceinline__ void load_in(const BwdArgs &a, int64_t row, int lane,
 }
 
 /* One row: s = sum(dy * W * xhat) reduced over the group (every thread of the CTA calls
- * this the same number of times), dx = r * (dy * W - xhat * s / N) (+ dres), and the row's
- * dW contribution dy * xhat (xhat rounded to T as the forward used it, except in gemma
- * mode) handed to the flavor's accumulator. The weight is re-read from L1 when needed. */
-template <typename T, int VEC, int ITEMS, int FL>
+ * this the same number of times), dx = r * (dy * W - xhat * s / N) (+ the dres pack that
+ * dres_of(item, pack) gives), and the row's dW contribution dy * xhat (xhat rounded to T as
+ * the forward used it, except in gemma mode) handed to take(item, pack, contribution). */
+template <typename T, int VEC, int ITEMS, typename Dres, typename Take>
 __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool active, int lane,
-                                        int G, int nvec, const Pack<T, VEC> (&xv)[ITEMS],
-                                        const Pack<T, VEC> (&gv)[ITEMS], float r,
-                                        float (&dwr)[ITEMS][VEC], float *acc, float (*red)[32],
-                                        int &parity)
+                                        int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
+                                        Pack<T, VEC> (&gv)[ITEMS], float r,
+                                        const Weights<T, VEC, ITEMS> &wt, float (*red)[32],
+                                        int &parity, Dres dres_of, Take take)
 {
   float s = 0.f;
   if (active) {
 #pragma unroll
-    for (int i = 0; i < ITEMS; i++) {
-      const int v = lane + i * G;
-      if (v < nvec) {
+    for (int i = 0; i < ITEMS; i++)
+      if (lane + i * G < nvec) {
         float W[VEC];
-        load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
+        wt.get(i, lane + i * G, W);
 #pragma unroll
         for (int j = 0; j < VEC; j++)
           s += to_f(gv[i].v[j]) * W[j] * to_f(xv[i].v[j]);
       }
-    }
     s *= r;
   }
   s = group_reduce(s, G, red, parity);
   if (!active)
     return;
   const float c = s * (1.f / (float)a.N);
-  const bool dw_wanted = a.partials || a.accum;
+#pragma unroll
+  for (int i = 0; i < ITEMS; i++) {
+    opaque(xv[i]);
+    opaque(gv[i]);
+  }
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec) {
       Pack<T, VEC> o, dr;
       float W[VEC], contrib[VEC];
-      load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
+      wt.get(i, v, W);
       if (a.dres)
-        dr = load<T, VEC>(a.dres, row, a.sdres, v);
+        dr = dres_of(i, v);
 #pragma unroll
       for (int j = 0; j < VEC; j++) {
         const float dy = to_f(gv[i].v[j]), xh = to_f(xv[i].v[j]) * r;
@@ -173,23 +164,7 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
         contrib[j] = dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
       }
       store<T, VEC>(a.dx, row, a.sdx, v, o);
-      if (!dw_wanted)
-        continue;
-      if (FL == DIRECT) {
-        if (a.partials) {
-          put_floats<VEC, false>(a.partials + (int64_t)blockIdx.x * a.N, v, contrib);
-        } else {
-#pragma unroll
-          for (int j = 0; j < VEC; j++)
-            atomicAdd(a.accum + v * VEC + j, contrib[j]);
-        }
-      } else if (FL == REGS) {
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-          dwr[i][j] += contrib[j];
-      } else {
-        put_floats<VEC, true>(acc, v, contrib);
-      }
+      take(i, v, contrib);
     }
   }
 }
@@ -203,56 +178,98 @@ __device__ __forceinline__ void emit(const BwdArgs &a, int col, float v)
     atomicAdd(a.accum + col, v);
 }
 
-template <typename T, int VEC, int ITEMS, int FL>
-__global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd(BwdArgs a)
+/* The CTA's dW: each group's register accumulators go to its own row of N floats in shared
+ * memory (R x N, `sm`), then every column is summed in group order and emitted. */
+template <int VEC, int ITEMS>
+__device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS][VEC], int lane,
+                                       int G, int nvec, float *sm)
 {
-  const int G = a.group, R = blockDim.x / G, grp = threadIdx.x / G;
+  const int R = blockDim.x / G, grp = threadIdx.x / G;
+  float *mine = sm + (int64_t)grp * a.N;
+#pragma unroll
+  for (int i = 0; i < ITEMS; i++)
+    if (lane + i * G < nvec)
+      put_floats<VEC>(mine, lane + i * G, dw[i]);
+  __syncthreads();
+  for (int col = threadIdx.x; col < a.N; col += blockDim.x) {
+    float sum = 0.f;
+    for (int g = 0; g < R; g++)
+      sum += sm[(int64_t)g * a.N + col];
+    emit(a, col, sum);
+  }
+}
+
+/* row (DIRECT) and blockrow (REGS): each group handles exactly one row. Weights of x's dtype
+ * are loaded with x and dy, so their latency hides behind theirs rather than following the
+ * reduction. */
+template <typename T, int VEC, int ITEMS, int FL>
+__global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
+{
+  const int G = a.group, R = blockDim.x / G;
   const int lane = threadIdx.x % G, nvec = a.N / VEC;
-  const bool dw_wanted = a.partials || a.accum;
+  const int64_t row = (int64_t)blockIdx.x * R + threadIdx.x / G;
+  const bool active = row < a.M;
   extern __shared__ __align__(16) float dyn[];
   __shared__ float red[2][32];
   int parity = 0;
-  float dwr[ITEMS][VEC];
-  float *acc = dyn + (int64_t)grp * a.N;
-  Pack<T, VEC> xa[ITEMS], ga[ITEMS];
-  float ra = 0.f;
-
-  if constexpr (FL == DIRECT || FL == REGS) {
-    /* one row per group */
-    const int64_t row = (int64_t)blockIdx.x * R + grp;
-    const bool active = row < a.M;
+  Pack<T, VEC> xv[ITEMS], gv[ITEMS];
+  float r = 0.f;
+  if (active)
+    load_in<T, VEC, ITEMS>(a, row, lane, G, nvec, xv, gv, r);
+  const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec);
+  auto dres_of = [&](int, int v) { return load<T, VEC>(a.dres, row, a.sdres, v); };
+  if constexpr (FL == DIRECT) {
+    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, red, parity, dres_of,
+                           [&](int, int v, const float(&c)[VEC]) {
+                             if (a.partials)
+                               put_floats<VEC>(a.partials + row * a.N, v, c);
+                             else if (a.accum)
+#pragma unroll
+                               for (int j = 0; j < VEC; j++)
+                                 atomicAdd(a.accum + v * VEC + j, c[j]);
+                           });
+  } else {
+    float dw[ITEMS][VEC];
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
 #pragma unroll
       for (int j = 0; j < VEC; j++)
-        dwr[i][j] = 0.f;
-    if (active)
-      load_in<T, VEC, ITEMS>(a, row, lane, G, nvec, xa, ga, ra);
-    process<T, VEC, ITEMS, FL>(a, row, active, lane, G, nvec, xa, ga, ra, dwr, acc, red, parity);
-    if constexpr (FL == REGS) {
-      if (!dw_wanted)
-        return;
-      /* the groups' dW summed in group order through shared memory */
-      for (int g = 0; g < R; g++) {
-        if (grp == g)
+        dw[i][j] = 0.f;
+    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, red, parity, dres_of,
+                           [&](int i, int, const float(&c)[VEC]) {
 #pragma unroll
-          for (int i = 0; i < ITEMS; i++) {
-            const int v = lane + i * G;
-            if (v < nvec)
-#pragma unroll
-              for (int j = 0; j < VEC; j++)
-                dyn[v * VEC + j] = (g ? dyn[v * VEC + j] : 0.f) + dwr[i][j];
-          }
-        __syncthreads();
-      }
-      for (int col = threadIdx.x; col < a.N; col += blockDim.x)
-        emit(a, col, dyn[col]);
-    }
-    return;
+                             for (int j = 0; j < VEC; j++)
+                               dw[i][j] = c[j];
+                           });
+    if (a.partials || a.accum)
+      cta_dw<VEC, ITEMS>(a, dw, lane, G, nvec, dyn);
   }
+}
 
-  /* LOOP, LOOP_PREFETCH: stride over rows (or walk a contiguous chunk) with a trip count
-   * uniform across the CTA; idle groups still join the barriers. */
+/* partials and persistent: groups walk rows (a contiguous chunk per CTA, or a grid stride)
+ * with a trip count uniform across the CTA; idle groups still join the barriers. Stage s of
+ * a thread's staging holds its x, dy (and dres) packs and the rstd of the row s iterations
+ * ahead; each iteration tops the pipeline up, waits for the oldest stage and works on it from
+ * registers. dW stays in registers until the end: the CTA's row of partials, then (fused)
+ * a grid barrier and this CTA's slice of the final reduction. */
+template <typename T, int VEC, int ITEMS>
+__global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs a)
+{
+  using P = Pack<T, VEC>;
+  const int G = a.group, R = blockDim.x / G, grp = threadIdx.x / G;
+  const int lane = threadIdx.x % G, nvec = a.N / VEC, S = a.stages;
+  extern __shared__ __align__(16) float dyn[];
+  __shared__ float red[2][32];
+  int parity = 0;
+  const Staging<P, ITEMS> st(dyn, S, a.dres ? 3 : 2);
+  Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec);
+  float dw[ITEMS][VEC];
+#pragma unroll
+  for (int i = 0; i < ITEMS; i++)
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      dw[i][j] = 0.f;
+
   int64_t begin, end, step;
   if (a.chunk > 0) {
     begin = (int64_t)blockIdx.x * a.chunk;
@@ -263,51 +280,56 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd(BwdArgs a)
     end = a.M;
     step = (int64_t)gridDim.x * R;
   }
-  if (dw_wanted) {
-    for (int c = threadIdx.x; c < R * a.N; c += blockDim.x)
-      dyn[c] = 0.f;
-    __syncthreads();
-  }
-  int64_t base = begin;
-  if (base + grp < end)
-    load_in<T, VEC, ITEMS>(a, base + grp, lane, G, nvec, xa, ga, ra);
-  if (FL == LOOP_PREFETCH) {
-    /* register sets a and b take turns: one holds the current row, the other receives the
-     * next, so no copy has to wait for the loads */
-    Pack<T, VEC> xb[ITEMS], gb[ITEMS];
-    float rb = 0.f;
-    while (base < end) {
-      if (base + step + grp < end)
-        load_in<T, VEC, ITEMS>(a, base + step + grp, lane, G, nvec, xb, gb, rb);
-      process<T, VEC, ITEMS, FL>(a, base + grp, base + grp < end, lane, G, nvec, xa, ga, ra, dwr,
-                                 acc, red, parity);
-      base += step;
-      if (base >= end)
-        break;
-      if (base + step + grp < end)
-        load_in<T, VEC, ITEMS>(a, base + step + grp, lane, G, nvec, xa, ga, ra);
-      process<T, VEC, ITEMS, FL>(a, base + grp, base + grp < end, lane, G, nvec, xb, gb, rb, dwr,
-                                 acc, red, parity);
-      base += step;
+  auto fetch = [&](int64_t row, int stage) {
+    if (row < end) {
+#pragma unroll
+      for (int i = 0; i < ITEMS; i++) {
+        const int v = lane + i * G;
+        if (v < nvec) {
+          copy_async(st.at(stage, 0, i), pack_at<T, VEC>(a.x, row, a.sx, v));
+          copy_async(st.at(stage, 1, i), pack_at<T, VEC>(a.dy, row, a.sdy, v));
+          if (a.dres)
+            copy_async(st.at(stage, 2, i), pack_at<T, VEC>(a.dres, row, a.sdres, v));
+        }
+      }
+      copy_async(st.scalar(stage), a.rstd + row);
     }
-  } else {
-    while (base < end) {
-      process<T, VEC, ITEMS, FL>(a, base + grp, base + grp < end, lane, G, nvec, xa, ga, ra, dwr,
-                                 acc, red, parity);
-      base += step;
-      if (base + grp < end)
-        load_in<T, VEC, ITEMS>(a, base + grp, lane, G, nvec, xa, ga, ra);
+    copy_commit();
+  };
+  for (int s = 0; s < S - 1; s++)
+    fetch(begin + grp + s * step, s);
+  int stage = 0;
+  for (int64_t base = begin; base < end; base += step) {
+    const int64_t row = base + grp;
+    const bool active = row < end;
+    fetch(row + (S - 1) * step, stage == 0 ? S - 1 : stage - 1);
+    copy_wait(S - 1);
+    P xv[ITEMS], gv[ITEMS];
+    float r = 0.f;
+    if (active) {
+      r = *st.scalar(stage);
+#pragma unroll
+      for (int i = 0; i < ITEMS; i++)
+        if (lane + i * G < nvec) {
+          xv[i] = *st.at(stage, 0, i);
+          gv[i] = *st.at(stage, 1, i);
+        }
     }
+    wt.refresh();
+    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, red, parity,
+                           [&](int i, int) { return *st.at(stage, 2, i); },
+                           [&](int i, int, const float(&c)[VEC]) {
+#pragma unroll
+                             for (int j = 0; j < VEC; j++)
+                               dw[i][j] += c[j];
+                           });
+    stage = stage + 1 == S ? 0 : stage + 1;
   }
-  if (!dw_wanted)
+  copy_wait(0);
+  if (!a.partials && !a.accum)
     return;
-  __syncthreads();
-  for (int col = threadIdx.x; col < a.N; col += blockDim.x) {
-    float sum = 0.f;
-    for (int g = 0; g < R; g++)
-      sum += dyn[(int64_t)g * a.N + col];
-    emit(a, col, sum);
-  }
+  __syncthreads(); /* the staging is no longer read: it takes the groups' dW rows */
+  cta_dw<VEC, ITEMS>(a, dw, lane, G, nvec, dyn);
   if (a.fused) {
     __threadfence();
     grid_barrier(a.sync);
@@ -423,6 +445,7 @@ struct Plan {
   const void *kernel;
   size_t smem;
   int64_t chunk;
+  int stages;            /* PIPE: rows in flight per thread */
   bool fused;
   int64_t partial_rows;  /* rows of the fp32 partials/temp buffer (0: none) */
   bool accum_in_ws;      /* atomic reduction into an fp32 accumulator in the workspace */
@@ -436,45 +459,51 @@ const void *kernel_for(const RowCfg &c, int flavor)
   const void *kp = NULL;
   with_items(c.items, [&](auto I) {
     constexpr int IT = decltype(I)::value;
-    switch (flavor) {
-    case DIRECT: kp = (const void *)rms_bwd<T, VEC, IT, DIRECT>; break;
-    case REGS: kp = (const void *)rms_bwd<T, VEC, IT, REGS>; break;
-    case LOOP: kp = (const void *)rms_bwd<T, VEC, IT, LOOP>; break;
-    default:
-      if constexpr (BWD_LIMITS[LOOP_PREFETCH](IT) > 0)
-        kp = (const void *)rms_bwd<T, VEC, IT, LOOP_PREFETCH>;
-    }
+    if (flavor == DIRECT)
+      kp = (const void *)rms_bwd_one<T, VEC, IT, DIRECT>;
+    else if (flavor == REGS)
+      kp = (const void *)rms_bwd_one<T, VEC, IT, REGS>;
+    else if constexpr (BWD_LIMITS[PIPE](IT) > 0)
+      kp = (const void *)rms_bwd_pipe<T, VEC, IT>;
     return 0;
   });
   return kp;
 }
 
+/* partials and persistent stage rmsnorm.bwd.stages rows, fewer when one group's staging
+ * would not fit the shared memory; rows too wide for two stages (or for dW in registers) run
+ * the two-pass looping kernel. */
 template <typename T>
 int make_plan(const nlk_norm *k, Mapping m, Plan *p)
 {
   const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
   const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
-  p->flavor = m == ROW ? DIRECT : m == BLOCKROW ? REGS : k->prefetch ? LOOP_PREFETCH : LOOP;
-  p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, MAX_ACC_SMEM);
-  if (p->c.items == 0 && p->flavor == LOOP_PREFETCH) {
-    p->flavor = LOOP;
-    p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, MAX_ACC_SMEM);
-  }
-  /* The looping kernels need a row of dW in shared memory; wider rows take the looping
-   * two-pass kernel. */
-  if (p->flavor >= LOOP && k->N * (int64_t)sizeof(float) > MAX_ACC_SMEM) {
-    p->c.items = 0;
-    p->c.group = p->c.block = LOOP_BLOCK;
+  const int streams = k->dres ? 3 : 2, pack = pick_vec(k, sizeof(T)) * (int)sizeof(T);
+  int stages = 0;
+  p->flavor = m == ROW ? DIRECT : m == BLOCKROW ? REGS : PIPE;
+  if (p->flavor == PIPE) {
+    for (int s = k->stages < 2 ? 2 : k->stages; s >= 2 && !stages; s--) {
+      p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[PIPE], k->block_pref,
+                     staging_cost(s, streams, pack, 1, smem_budget()));
+      if (p->c.items != 0)
+        stages = s;
+    }
+  } else {
+    p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, SmemCost{0, 0, 0});
   }
   if (m == BLOCKROW && p->c.items == 0)
     return NLK_ERR_UNSUPPORTED;
+  p->stages = stages;
   p->kernel = p->c.vec == 1 ? kernel_for<T, 1>(p->c, p->flavor)
                             : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor);
   const int64_t per_cta = rows_per_cta(p->c);
-  if (p->c.items != 0 && p->flavor >= LOOP)
-    p->smem = (size_t)(per_cta * k->N) * sizeof(float);
-  else
-    p->smem = p->flavor == REGS && per_cta > 1 ? (size_t)k->N * sizeof(float) : 0;
+  p->smem = 0;
+  if (p->c.items != 0 && p->flavor != DIRECT) {
+    /* staging (PIPE), then each group's row of dW */
+    const size_t staging = (size_t)stages * p->c.block * ((size_t)streams * p->c.items * pack + 4);
+    const size_t rows = (size_t)(per_cta * k->N) * sizeof(float);
+    p->smem = staging > rows ? staging : rows;
+  }
   p->chunk = 0;
   p->fused = false;
   if (m == PERSISTENT && dw && !atomic && k->fused_reduce) {
@@ -528,7 +557,7 @@ int launch_t(nlk_norm *k, Mapping m)
                p.partial_rows ? ws : NULL, NULL, (unsigned int *)k->sync,
                k->sx, k->sdy, k->sdres, k->sdx, k->M, p.chunk,
                (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.fused, k->wdt == NLK_F32,
-               k->offset};
+               p.stages, k->offset};
   if (dw && atomic) {
     a.accum = p.accum_in_ws ? ws : (float *)k->dw;
     rc = cuda_result(k, cudaMemsetAsync(a.accum, 0, (size_t)k->N * sizeof(float), s));

@@ -5,14 +5,15 @@
  *   row        one CTA per row (grid = M); the CTA reduces the row's sum of squares;
  *   blockrow   256-thread CTAs holding 256/group rows, a warp or less per row, shuffles only;
  *   persistent grid = SMs x resident CTAs of rmsnorm.fwd.block threads striding over rows;
- *              the weight is read into registers once per CTA, and each group issues the
- *              loads of its next row before working on the current one (two register sets
- *              used in turn, so no copy waits on the loads).
- * A thread keeps its `items` packs of the row in registers between the reduction and the
- * normalisation, so x is read once. The one-row kernels are kept lean (occupancy is what
- * hides their latency); rows wider than the block limits allow go to a looping kernel that
- * reads x twice (the second time mostly from L2). Packs are 16 bytes when N, strides and
- * pointers allow, single elements otherwise.
+ *              the weight is read into registers once per CTA, and each thread keeps its
+ *              packs of the next rmsnorm.fwd.stages - 1 rows in flight through cp.async into
+ *              shared memory, so DRAM stays busy across every row's reduction.
+ * A thread holds its `items` packs of the row (and of the weight, loaded with x, before the
+ * reduction; fp32 weights are read after it, from L1) in registers between the reduction
+ * and the normalisation, so x is read once.
+ * The one-row kernels are kept lean (occupancy is what hides their latency); rows wider than
+ * the block limits allow go to a looping kernel that reads x twice (the second time mostly
+ * from L2). Packs are 16 bytes when N, strides and pointers allow, single elements otherwise.
  */
 #include "common.cuh"
 
@@ -25,15 +26,16 @@ struct FwdArgs {
   float *rstd;
   int64_t sx, sres, sy, sres_out;
   int64_t M;
-  int N, group, wf32, cast;
+  int N, group, wf32, cast, stages;
   float offset, eps;
 };
 
-/* Registers per thread, per item: the x pack (and the residual pack); the persistent kernel
- * holds two of each and the weight (VEC floats). From ptxas's counts for bf16 (the hungriest
- * dtype) so that nothing spills; 0: no kernel with that many packs. */
+/* The largest block per packs per thread (items 1, 2, 4, 8): registers per thread grow with
+ * the packs of x (and of the residual) and of the weight. From ptxas's
+ * counts for bf16 (the hungriest dtype) so that nothing spills; 0: no kernel with that many
+ * packs. The pipelined kernel keeps its packs in shared memory until they are used. */
 constexpr BlockLimits FWD_LIMITS{{1024, 1024, 512, 256}};
-constexpr BlockLimits FWD_LIMITS_PERSIST{{1024, 512, 256, 0}};
+constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}};
 
 /* y for one element from its input x, 1/rms r and weight W (W already rounded to T in
  * cast mode none). */
@@ -55,11 +57,11 @@ __device__ __forceinline__ void load_in(const FwdArgs &a, int64_t row, int lane,
 /* One row: residual add (add_rmsnorm: h = round(x + res) to res_out, which may be res
  * itself: this thread read the element before overwriting it), sum of squares, the group's
  * reduction (every thread of the CTA calls this the same number of times), y and rstd. */
-template <typename T, int VEC, int ITEMS, bool RES, bool CACHED_W>
+template <typename T, int VEC, int ITEMS, bool RES>
 __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool active, int lane,
                                         int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
                                         const Pack<T, VEC> (&rv)[ITEMS],
-                                        const float (&wr)[ITEMS][VEC], float (*red)[32],
+                                        const Weights<T, VEC, ITEMS> &wt, float (*red)[32],
                                         int &parity)
 {
   float ss = 0.f;
@@ -86,34 +88,29 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
   const float r = rsqrtf(ss * (1.f / (float)a.N) + a.eps);
   if (!active)
     return;
+#pragma unroll
+  for (int i = 0; i < ITEMS; i++)
+    opaque(xv[i]);
   if (lane == 0 && a.rstd)
     a.rstd[row] = r;
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec) {
-      float W[VEC];
-      if (CACHED_W) {
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-          W[j] = wr[i][j];
-      } else {
-        load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
-        if (a.cast == NLK_CAST_NONE)
-#pragma unroll
-          for (int j = 0; j < VEC; j++)
-            W[j] = round_to<T>(W[j]);
-      }
       Pack<T, VEC> o;
+      float W[VEC];
+      wt.get(i, v, W);
 #pragma unroll
       for (int j = 0; j < VEC; j++)
-        o.v[j] = from_f<T>(rms_out<T>(to_f(xv[i].v[j]), r, W[j], a.cast));
+        o.v[j] = from_f<T>(rms_out<T>(to_f(xv[i].v[j]), r,
+                                      a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j], a.cast));
       store<T, VEC>(a.y, row, a.sy, v, o);
     }
   }
 }
 
-/* row and blockrow: each group handles exactly one row. */
+/* row and blockrow: each group handles exactly one row; the weight loads are issued right
+ * after x's, so their latency hides behind the row's rather than following the reduction. */
 template <typename T, int VEC, int ITEMS, bool RES>
 __global__ void __launch_bounds__(FWD_LIMITS(ITEMS)) rms_fwd_one(FwdArgs a)
 {
@@ -124,54 +121,66 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS)) rms_fwd_one(FwdArgs a)
   __shared__ float red[2][32];
   int parity = 0;
   Pack<T, VEC> xv[ITEMS], rv[ITEMS];
-  float unused[ITEMS][VEC];
   if (active)
     load_in<T, VEC, ITEMS, RES>(a, row, lane, G, nvec, xv, rv);
-  process<T, VEC, ITEMS, RES, false>(a, row, active, lane, G, nvec, xv, rv, unused, red, parity);
+  const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec);
+  process<T, VEC, ITEMS, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
 }
 
-/* persistent: CTAs stride over rows; register sets A and B take turns holding the current
- * row while the other receives the next. The trip count is uniform across the CTA (rows
- * past M idle but still join the barriers). */
+/* persistent: CTAs stride over rows with a trip count uniform across the CTA (rows past M
+ * idle but still join the barriers). Stage s of a thread's staging holds its x (and
+ * residual) packs of the row s iterations ahead; each iteration tops the pipeline up, waits
+ * for the oldest stage and works on it from registers. */
 template <typename T, int VEC, int ITEMS, bool RES>
-__global__ void __launch_bounds__(FWD_LIMITS_PERSIST(ITEMS)) rms_fwd_persist(FwdArgs a)
+__global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS)) rms_fwd_pipe(FwdArgs a)
 {
+  using P = Pack<T, VEC>;
   const int G = a.group, R = blockDim.x / G, grp = threadIdx.x / G;
-  const int lane = threadIdx.x % G, nvec = a.N / VEC;
+  const int lane = threadIdx.x % G, nvec = a.N / VEC, S = a.stages;
   const int64_t step = (int64_t)gridDim.x * R;
+  extern __shared__ __align__(16) float dyn[];
   __shared__ float red[2][32];
   int parity = 0;
-  float wr[ITEMS][VEC];
-  Pack<T, VEC> xa[ITEMS], ra[ITEMS], xb[ITEMS], rb[ITEMS];
-  int64_t base = (int64_t)blockIdx.x * R;
+  const Staging<P, ITEMS> st(dyn, S, RES ? 2 : 1);
+  Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec);
 
-  if (base + grp < a.M)
-    load_in<T, VEC, ITEMS, RES>(a, base + grp, lane, G, nvec, xa, ra);
+  auto fetch = [&](int64_t row, int stage) {
+    if (row < a.M) {
 #pragma unroll
-  for (int i = 0; i < ITEMS; i++) {
-    const int v = lane + i * G;
-    if (v < nvec) {
-      load_w<T, VEC>(a.w, a.wf32, a.offset, v, wr[i]);
-      if (a.cast == NLK_CAST_NONE)
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-          wr[i][j] = round_to<T>(wr[i][j]);
+      for (int i = 0; i < ITEMS; i++) {
+        const int v = lane + i * G;
+        if (v < nvec) {
+          copy_async(st.at(stage, 0, i), pack_at<T, VEC>(a.x, row, a.sx, v));
+          if (RES)
+            copy_async(st.at(stage, 1, i), pack_at<T, VEC>(a.res, row, a.sres, v));
+        }
+      }
     }
+    copy_commit();
+  };
+  const int64_t first = (int64_t)blockIdx.x * R;
+  for (int s = 0; s < S - 1; s++)
+    fetch(first + grp + s * step, s);
+  int stage = 0;
+  for (int64_t base = first; base < a.M; base += step) {
+    const int64_t row = base + grp;
+    const bool active = row < a.M;
+    fetch(row + (S - 1) * step, stage == 0 ? S - 1 : stage - 1);
+    copy_wait(S - 1);
+    P xv[ITEMS], rv[ITEMS];
+    if (active)
+#pragma unroll
+      for (int i = 0; i < ITEMS; i++)
+        if (lane + i * G < nvec) {
+          xv[i] = *st.at(stage, 0, i);
+          if (RES)
+            rv[i] = *st.at(stage, 1, i);
+        }
+    wt.refresh();
+    process<T, VEC, ITEMS, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
+    stage = stage + 1 == S ? 0 : stage + 1;
   }
-  while (base < a.M) {
-    if (base + step + grp < a.M)
-      load_in<T, VEC, ITEMS, RES>(a, base + step + grp, lane, G, nvec, xb, rb);
-    process<T, VEC, ITEMS, RES, true>(a, base + grp, base + grp < a.M, lane, G, nvec, xa, ra, wr,
-                                      red, parity);
-    base += step;
-    if (base >= a.M)
-      break;
-    if (base + step + grp < a.M)
-      load_in<T, VEC, ITEMS, RES>(a, base + step + grp, lane, G, nvec, xa, ra);
-    process<T, VEC, ITEMS, RES, true>(a, base + grp, base + grp < a.M, lane, G, nvec, xb, rb, wr,
-                                      red, parity);
-    base += step;
-  }
+  copy_wait(0);
 }
 
 /* Rows wider than registers hold: the CTA loops over the row twice, the second time
@@ -221,61 +230,88 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
 
 enum Mapping { ROW, BLOCKROW, PERSISTENT };
 
+/* Everything a launch decides before it starts. */
+struct Plan {
+  RowCfg c;
+  bool pipe;     /* the persistent kernel (else one-row or looping) */
+  int stages;
+  size_t smem;
+  const void *kernel;
+};
+
 template <typename T, int VEC, bool RES>
-const void *kernel_for(const RowCfg &c, bool persist)
+const void *kernel_for(const RowCfg &c, bool pipe)
 {
   if (c.items == 0)
     return (const void *)rms_fwd_loop<T, VEC>;
   const void *kp = NULL;
   with_items(c.items, [&](auto I) {
     constexpr int IT = decltype(I)::value;
-    if constexpr (FWD_LIMITS_PERSIST(IT) > 0)
-      kp = persist ? (const void *)rms_fwd_persist<T, VEC, IT, RES> : (const void *)rms_fwd_one<T, VEC, IT, RES>;
-    else
-      kp = (const void *)rms_fwd_one<T, VEC, IT, RES>;
+    kp = pipe ? (const void *)rms_fwd_pipe<T, VEC, IT, RES> : (const void *)rms_fwd_one<T, VEC, IT, RES>;
     return 0;
   });
   return kp;
 }
 
+/* persistent stages rmsnorm.fwd.stages rows, fewer when one group's staging would not fit
+ * the shared memory; a row too wide for even two stages runs the one-row kernels. */
+template <typename T>
+Plan make_plan(const nlk_norm *k, Mapping m)
+{
+  Plan p;
+  const int streams = k->res ? 2 : 1;
+  const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
+  p.pipe = false;
+  p.stages = 0;
+  p.smem = 0;
+  if (m == PERSISTENT) {
+    for (int s = k->stages < 2 ? 2 : k->stages; s >= 2 && !p.pipe; s--) {
+      const int pack = pick_vec(k, sizeof(T)) * (int)sizeof(T);
+      p.c = row_cfg(k, sizeof(T), mode, FWD_PIPE_LIMITS, k->block_pref,
+                    staging_cost(s, streams, pack, 0, smem_budget()));
+      if (p.c.items != 0) {
+        p.pipe = true;
+        p.stages = s;
+        p.smem = (size_t)s * streams * p.c.items * p.c.block * pack;
+      }
+    }
+  }
+  if (!p.pipe)
+    p.c = row_cfg(k, sizeof(T), mode, FWD_LIMITS, k->block_pref, SmemCost{0, 0, 0});
+  return p;
+}
+
 template <typename T, int VEC>
-int launch_vec(nlk_norm *k, const RowCfg &c, bool persist)
+int launch_vec(nlk_norm *k, Plan &p)
 {
   FwdArgs a = {k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy, k->sres_out,
-               k->M, (int)k->N, c.group, k->wdt == NLK_F32, k->cast, k->offset, k->eps};
-  const void *kern = k->res ? kernel_for<T, VEC, true>(c, persist) : kernel_for<T, VEC, false>(c, persist);
-  const int64_t per_cta = rows_per_cta(c), groups = (k->M + per_cta - 1) / per_cta;
+               k->M, (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.stages, k->offset, k->eps};
+  p.kernel = k->res ? kernel_for<T, VEC, true>(p.c, p.pipe) : kernel_for<T, VEC, false>(p.c, p.pipe);
+  if (allow_smem(p.kernel, p.smem) != cudaSuccess)
+    return NLK_ERR_UNSUPPORTED;
+  const int64_t per_cta = rows_per_cta(p.c), groups = (k->M + per_cta - 1) / per_cta;
   int64_t grid = groups;
-  if (persist || c.items == 0) {
-    const int per_sm = k->ctas_per_sm > 0 ? k->ctas_per_sm : occupancy(kern, c.block, 0);
+  if (p.pipe || p.c.items == 0) {
+    const int per_sm = k->ctas_per_sm > 0 ? k->ctas_per_sm : occupancy(p.kernel, p.c.block, p.smem);
     grid = (int64_t)k->sm_count * per_sm;
     if (grid > groups)
       grid = groups;
   }
   k->grid = (int32_t)grid;
-  k->block = c.block;
+  k->block = p.c.block;
   void *args[] = {&a};
-  return cuda_result(k, cudaLaunchKernel(kern, dim3((unsigned)grid), dim3(c.block), args, 0,
-                                         (cudaStream_t)k->stream));
+  return cuda_result(k, cudaLaunchKernel(p.kernel, dim3((unsigned)grid), dim3(p.c.block), args,
+                                         p.smem, (cudaStream_t)k->stream));
 }
 
 int launch(nlk_norm *k, Mapping m)
 {
   return with_dtype(k->dt, [&](auto t) {
     using T = decltype(t);
-    /* persistent runs its striding kernel when the row fits that layout, else the one-row
-     * kernel over every group */
-    bool persist = m == PERSISTENT;
-    const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
-    RowCfg c = row_cfg(k, sizeof(T), mode, persist ? FWD_LIMITS_PERSIST : FWD_LIMITS,
-                       k->block_pref, INT64_MAX);
-    if (persist && c.items == 0) {
-      persist = false;
-      c = row_cfg(k, sizeof(T), mode, FWD_LIMITS, k->block_pref, INT64_MAX);
-    }
-    if (m == BLOCKROW && c.items == 0)
+    Plan p = make_plan<T>(k, m);
+    if (m == BLOCKROW && p.c.items == 0)
       return (int)NLK_ERR_UNSUPPORTED;
-    return c.vec == 1 ? launch_vec<T, 1>(k, c, persist) : launch_vec<T, 16 / sizeof(T)>(k, c, persist);
+    return p.c.vec == 1 ? launch_vec<T, 1>(k, p) : launch_vec<T, 16 / sizeof(T)>(k, p);
   });
 }
 
