@@ -58,23 +58,26 @@ static int blockrow_fits(const nl_ctx *ctx, const nlk_norm *k, enum nl_setting_i
 }
 
 /* auto forward: blockrow up to blockrow_max_n (when a warp holds the row), then persistent
- * from persistent_min_m rows, row below. */
+ * from persistent_min_m rows and persistent_min_n columns, row otherwise. */
 static const char *auto_fwd(const nl_ctx *ctx, const nlk_norm *k)
 {
   if (blockrow_fits(ctx, k, NL_SET_RMS_FWD_BLOCKROW_MAX_N))
     return "blockrow";
-  return k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_PERSISTENT_MIN_M) ? "persistent" : "row";
+  if (k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_PERSISTENT_MIN_M) &&
+      k->N >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_PERSISTENT_MIN_N))
+    return "persistent";
+  return "row";
 }
 
-/* auto backward: blockrow up to blockrow_max_n, then partials from partials_min_m rows,
- * persistent from persistent_min_m, row below. */
+/* auto backward: blockrow up to blockrow_max_n, then persistent from persistent_min_m rows,
+ * partials from partials_min_m, row below. */
 static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
 {
   if (blockrow_fits(ctx, k, NL_SET_RMS_BWD_BLOCKROW_MAX_N))
     return "blockrow";
-  if (k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_PARTIALS_MIN_M))
-    return "partials";
-  return k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_PERSISTENT_MIN_M) ? "persistent" : "row";
+  if (k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_PERSISTENT_MIN_M))
+    return "persistent";
+  return k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_PARTIALS_MIN_M) ? "partials" : "row";
 }
 
 #define LIMITS "any M; N <= 2^24; fp32, fp16, bf16; 16-byte packs when N and strides allow"
@@ -82,40 +85,42 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
 #define RED_TP (NL_RED(NL_REDUCE_PARTIALS) | NL_RED(NL_REDUCE_ATOMIC))
 
 #define RMS_ENTRIES(OPNAME, OP)                                                                 \
-  {OPNAME ".fwd.row", OP, NL_FWD, NL_CUDA, "row", "one CTA per row, row held in registers",     \
-   LIMITS, DTYPES, 0, 0, rms_supports, NULL, nlk_cuda_rms_fwd_row, NULL, tune_fwd},             \
-  {OPNAME ".fwd.blockrow", OP, NL_FWD, NL_CUDA, "blockrow",                                     \
-   "256-thread CTAs, a warp or less per row, shuffle reductions only", BR_LIMITS, DTYPES, 0, 0,  \
-   blockrow_supports, NULL, nlk_cuda_rms_fwd_blockrow, NULL, tune_fwd},                         \
-  {OPNAME ".fwd.persistent", OP, NL_FWD, NL_CUDA, "persistent",                                 \
-   "grid = SMs x resident CTAs striding over rows, weight in registers once per CTA, the next "  \
-   "rows in flight through cp.async (rmsnorm.fwd.stages)", LIMITS,                              \
-   DTYPES, 0, 0, rms_supports, NULL, nlk_cuda_rms_fwd_persistent, NULL, tune_fwd},              \
-  {OPNAME ".fwd.auto", OP, NL_FWD, NL_CUDA, "auto",                                             \
-   "blockrow for N <= rmsnorm.fwd.blockrow_max_n, persistent from rmsnorm.fwd.persistent_min_m " \
-   "rows, row below", "as the variant it picks", DTYPES, 0, 0, NULL, NULL, NULL, auto_fwd, NULL}, \
-  {OPNAME ".bwd.row", OP, NL_BWD, NL_CUDA, "row",                                               \
-   "one CTA per row; dW through an M x N fp32 temp and a column-reduce kernel (the old design)", \
-   LIMITS, DTYPES, NL_RED(NL_REDUCE_TEMP) | NL_RED(NL_REDUCE_ATOMIC), NL_REDUCE_TEMP,            \
-   rms_supports, nlk_cuda_rms_bwd_row_ws, nlk_cuda_rms_bwd_row, NULL, tune_bwd},                \
-  {OPNAME ".bwd.blockrow", OP, NL_BWD, NL_CUDA, "blockrow",                                     \
-   "a warp or less per row, 256-thread CTAs; (CTAs x N) fp32 partials + reduce kernel",          \
-   BR_LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, blockrow_supports,                            \
-   nlk_cuda_rms_bwd_blockrow_ws, nlk_cuda_rms_bwd_blockrow, NULL, tune_bwd},                    \
-  {OPNAME ".bwd.partials", OP, NL_BWD, NL_CUDA, "partials",                                     \
-   "grid = SM count over contiguous row chunks, next rows in flight through cp.async, dW in "    \
-   "registers; (SMs x N) partials + reduce",                                                   \
-   LIMITS, DTYPES, NL_RED(NL_REDUCE_PARTIALS), NL_REDUCE_PARTIALS, rms_supports,                \
-   nlk_cuda_rms_bwd_partials_ws, nlk_cuda_rms_bwd_partials, NULL, tune_bwd},                    \
-  {OPNAME ".bwd.persistent", OP, NL_BWD, NL_CUDA, "persistent",                                 \
-   "grid = SMs x resident CTAs striding over rows, next rows in flight through cp.async, dW in " \
-   "registers; partials reduced after a "                                                        \
-   "grid barrier in the same kernel (rmsnorm.bwd.fused_reduce) or by the reduce kernel",        \
-   LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, rms_supports, nlk_cuda_rms_bwd_persistent_ws,    \
-   nlk_cuda_rms_bwd_persistent, NULL, tune_bwd},                                                \
-  {OPNAME ".bwd.auto", OP, NL_BWD, NL_CUDA, "auto",                                             \
-   "blockrow for N <= rmsnorm.bwd.blockrow_max_n, then partials from rmsnorm.bwd.partials_min_m " \
-   "rows, persistent from rmsnorm.bwd.persistent_min_m, row below", "as the variant it picks",    \
+  {OPNAME ".fwd.row", OP, NL_FWD, NL_CUDA, "row", "one CTA per row, row held in registers",        \
+   LIMITS, DTYPES, 0, 0, rms_supports, NULL, nlk_cuda_rms_fwd_row, NULL, tune_fwd},                \
+  {OPNAME ".fwd.blockrow", OP, NL_FWD, NL_CUDA, "blockrow",                                        \
+   "256-thread CTAs, a warp or less per row, shuffle reductions only", BR_LIMITS, DTYPES, 0, 0,    \
+   blockrow_supports, NULL, nlk_cuda_rms_fwd_blockrow, NULL, tune_fwd},                            \
+  {OPNAME ".fwd.persistent", OP, NL_FWD, NL_CUDA, "persistent",                                    \
+   "grid = SMs x resident CTAs striding over rows, weight in registers once per CTA, the next "    \
+   "rows in flight through cp.async (rmsnorm.fwd.stages)", LIMITS,                                 \
+   DTYPES, 0, 0, rms_supports, NULL, nlk_cuda_rms_fwd_persistent, NULL, tune_fwd},                 \
+  {OPNAME ".fwd.auto", OP, NL_FWD, NL_CUDA, "auto",                                                \
+   "blockrow for N <= rmsnorm.fwd.blockrow_max_n, persistent from rmsnorm.fwd.persistent_min_m "   \
+   "rows and rmsnorm.fwd.persistent_min_n columns, row otherwise", "as the variant it picks",      \
+   DTYPES, 0, 0, NULL, NULL, NULL, auto_fwd, NULL},                                                \
+  {OPNAME ".bwd.row", OP, NL_BWD, NL_CUDA, "row",                                                  \
+   "one CTA per row; dW through an M x N fp32 temp and a column-reduce kernel (the old design)",   \
+   LIMITS, DTYPES, NL_RED(NL_REDUCE_TEMP) | NL_RED(NL_REDUCE_ATOMIC), NL_REDUCE_TEMP,              \
+   rms_supports, nlk_cuda_rms_bwd_row_ws, nlk_cuda_rms_bwd_row, NULL, tune_bwd},                   \
+  {OPNAME ".bwd.blockrow", OP, NL_BWD, NL_CUDA, "blockrow",                                        \
+   "a warp or less per row, 256-thread CTAs; (CTAs x N) fp32 partials + reduce kernel",            \
+   BR_LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, blockrow_supports,                               \
+   nlk_cuda_rms_bwd_blockrow_ws, nlk_cuda_rms_bwd_blockrow, NULL, tune_bwd},                       \
+  {OPNAME ".bwd.partials", OP, NL_BWD, NL_CUDA, "partials",                                        \
+   "grid = SM count over contiguous row chunks, next rows in flight through cp.async, dW in "      \
+   "registers; (SMs x N) partials + reduce",                                                       \
+   LIMITS, DTYPES, NL_RED(NL_REDUCE_PARTIALS), NL_REDUCE_PARTIALS, rms_supports,                   \
+   nlk_cuda_rms_bwd_partials_ws, nlk_cuda_rms_bwd_partials, NULL, tune_bwd},                       \
+  {OPNAME ".bwd.persistent", OP, NL_BWD, NL_CUDA, "persistent",                                    \
+   "grid = SMs x resident CTAs striding over rows, next rows in flight through cp.async, dW in "   \
+   "registers; partials reduced after a "                                                          \
+   "grid barrier in the same kernel (rmsnorm.bwd.fused_reduce) or by the reduce kernel",           \
+   LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, rms_supports, nlk_cuda_rms_bwd_persistent_ws,       \
+   nlk_cuda_rms_bwd_persistent, NULL, tune_bwd},                                                   \
+  {OPNAME ".bwd.auto", OP, NL_BWD, NL_CUDA, "auto",                                                \
+   "blockrow for N <= rmsnorm.bwd.blockrow_max_n, then persistent from "                           \
+   "rmsnorm.bwd.persistent_min_m rows, partials from rmsnorm.bwd.partials_min_m, row below",       \
+   "as the variant it picks",                                                                      \
    DTYPES, 0, 0, NULL, NULL, NULL, auto_bwd, NULL}
 
 const nl_variant nl__cuda_variants[] = {

@@ -48,7 +48,7 @@ for step in $steps; do
         --set rmsnorm.bwd.items=1,2,4 --set rmsnorm.bwd.block=512,1024 --set rmsnorm.bwd.stages=2,3,4 \
         --markdown "$OUT/tune_bwd.md"
       run tune_fwd "${tune[@]}" --op rmsnorm.fwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
-        --set rmsnorm.fwd.items=1,2,4 --set rmsnorm.fwd.block=256,1024 --set rmsnorm.fwd.stages=2,3 \
+        --set rmsnorm.fwd.items=2,4 --set rmsnorm.fwd.block=512,1024 --set rmsnorm.fwd.stages=2,3 \
         --markdown "$OUT/tune_fwd.md"
       run tune_fwd_row "${tune[@]}" --op rmsnorm.fwd --variants row --M 4096,32768 --N 2048,4096,8192,16384 \
         --set rmsnorm.fwd.items=1,2,4 --markdown "$OUT/tune_fwd_row.md" ;;

@@ -205,24 +205,37 @@ __host__ inline SmemCost staging_cost(int stages, int streams, int pack_bytes, i
   return SmemCost{(int64_t)stages * streams * pack_bytes, (int64_t)stages * scalars * 4, budget};
 }
 
-/* A thread's weights for its packs: packs of x's dtype are loaded as they are (early, with
- * x) and converted where used, in half the registers of fp32 values; fp32 weights are read
- * where used, from L1. Kernels that keep them across rows call refresh() once per row so
- * the compiler does not hoist the conversions out of the loop into fp32 registers. */
+/* A thread's weights for its packs. Preloaded (the looping kernels, which keep them for the
+ * whole kernel): packs of x's dtype are held as they are, in half the registers of fp32
+ * values, and converted where used; callers refresh() them once per row so the compiler does
+ * not hoist the conversions out of the loop into fp32 registers. Otherwise (the one-row
+ * kernels, whose occupancy is what hides latency) the constructor only asks L1 to prefetch
+ * the lines, without registers, and get() reads them after the row's reduction. fp32 weights
+ * are always read where used, from L1. */
 template <typename T, int VEC, int ITEMS> struct Weights {
   Pack<T, VEC> raw[ITEMS];
   const void *w;
   int wf32;
   float offset;
+  bool held;
   __device__ __forceinline__ Weights(const void *w_, int wf32_, float offset_, int lane, int G,
-                                     int nvec)
-      : w(w_), wf32(wf32_), offset(offset_)
+                                     int nvec, bool preload)
+      : w(w_), wf32(wf32_), offset(offset_), held(preload && w_ && !wf32_)
   {
-    if (w && !wf32)
+    if (!w)
+      return;
 #pragma unroll
-      for (int i = 0; i < ITEMS; i++)
-        if (lane + i * G < nvec)
-          raw[i] = reinterpret_cast<const Pack<T, VEC> *>(w)[lane + i * G];
+    for (int i = 0; i < ITEMS; i++) {
+      const int v = lane + i * G;
+      if (v >= nvec)
+        continue;
+      if (held)
+        raw[i] = reinterpret_cast<const Pack<T, VEC> *>(w)[v];
+      else if (wf32)
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const Pack<float, VEC> *>(w) + v));
+      else
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const Pack<T, VEC> *>(w) + v));
+    }
   }
   __device__ __forceinline__ void refresh()
   {
@@ -233,7 +246,7 @@ template <typename T, int VEC, int ITEMS> struct Weights {
   /* item i's weights (pack v) as fp32, offset added */
   __device__ __forceinline__ void get(int i, int v, float (&W)[VEC]) const
   {
-    if (w && !wf32) {
+    if (held) {
 #pragma unroll
       for (int j = 0; j < VEC; j++)
         W[j] = to_f(raw[i].v[j]) + offset;
@@ -299,14 +312,23 @@ __host__ inline int pick_vec(const nlk_norm *k, int elt)
 
 enum { BLOCKROW_BLOCK = 256, MAX_ITEMS = 8, LOOP_BLOCK = 512 };
 
-/* The largest block a kernel holding `items` packs per thread may run with: the register
- * budget is 64K per SM, so wider register arrays need smaller blocks. Kernels declare
- * __launch_bounds__ from the same table, or ptxas would cap them at 64 registers and spill. */
+/* The largest block a kernel holding `items` packs per thread may run with, and the CTAs of
+ * that size it must fit per SM (1 when not given): together the register budget per thread
+ * (64K per SM / (block x CTAs)). ptxas takes every register the budget allows, so the
+ * one-row kernels, whose occupancy hides their latency, give it tight budgets. Kernels
+ * declare __launch_bounds__ from the same table, or ptxas would cap them at 64 registers
+ * and spill. */
 struct BlockLimits {
-  int by_items[4]; /* items 1, 2, 4, 8 */
-  __host__ __device__ constexpr int operator()(int items) const
+  int by_items[4];   /* items 1, 2, 4, 8 */
+  int min_ctas[4];
+  static __host__ __device__ constexpr int slot(int items)
   {
-    return by_items[items <= 1 ? 0 : items == 2 ? 1 : items == 4 ? 2 : 3];
+    return items <= 1 ? 0 : items == 2 ? 1 : items == 4 ? 2 : 3;
+  }
+  __host__ __device__ constexpr int operator()(int items) const { return by_items[slot(items)]; }
+  __host__ __device__ constexpr int ctas(int items) const
+  {
+    return min_ctas[slot(items)] > 1 ? min_ctas[slot(items)] : 1;
   }
 };
 
@@ -396,14 +418,14 @@ __host__ inline int cuda_result(nlk_norm *k, cudaError_t e)
   return NLK_ERR_CUDA;
 }
 
-/* Lets a kernel take more than the default 48 KB of dynamic shared memory (once per kernel
- * and size; the attribute only ever grows). */
+/* Lets a kernel take more than the default 48 KB of shared memory, static arrays (at most
+ * 1 KB in these kernels) included (once per kernel and size; the attribute only grows). */
 __host__ inline cudaError_t allow_smem(const void *kernel, size_t bytes)
 {
   struct entry { const void *kernel; size_t bytes; };
   static entry memo[256];
   static int used;
-  if (bytes <= 48 * 1024)
+  if (bytes + 1024 <= 48 * 1024)
     return cudaSuccess;
   for (int i = 0; i < used; i++)
     if (memo[i].kernel == kernel && memo[i].bytes >= bytes)

@@ -48,8 +48,9 @@ enum Flavor { DIRECT, REGS, PIPE };
 /* The largest block per flavor and items, from ptxas's register counts for bf16 (the
  * hungriest dtype) so that nothing spills; 0: no kernel with that many packs. PIPE holds
  * the weight and dW (2 x VEC floats per item) on top of the packs. */
-constexpr BlockLimits BWD_LIMITS[3] = {{{1024, 1024, 512, 256}}, {{1024, 512, 512, 256}},
-                                       {{1024, 512, 512, 0}}};
+constexpr BlockLimits BWD_LIMITS[3] = {{{1024, 1024, 512, 256}, {1, 1, 1, 1}},
+                                       {{1024, 512, 512, 256}, {1, 1, 1, 1}},
+                                       {{1024, 512, 512, 0}, {1, 1, 1, 1}}};
 
 template <typename T>
 __device__ __forceinline__ void store_dw(void *dw, int dw_f32, int col, float v)
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
   float r = 0.f;
   if (active)
     load_in<T, VEC, ITEMS>(a, row, lane, G, nvec, xv, gv, r);
-  const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec);
+  const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, false);
   auto dres_of = [&](int, int v) { return load<T, VEC>(a.dres, row, a.sdres, v); };
   if constexpr (FL == DIRECT) {
     process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, red, parity, dres_of,
@@ -262,7 +263,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
   __shared__ float red[2][32];
   int parity = 0;
   const Staging<P, ITEMS> st(dyn, S, a.dres ? 3 : 2);
-  Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec);
+  Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
   float dw[ITEMS][VEC];
 #pragma unroll
   for (int i = 0; i < ITEMS; i++)

@@ -30,12 +30,12 @@ struct FwdArgs {
   float offset, eps;
 };
 
-/* The largest block per packs per thread (items 1, 2, 4, 8): registers per thread grow with
- * the packs of x (and of the residual) and of the weight. From ptxas's
- * counts for bf16 (the hungriest dtype) so that nothing spills; 0: no kernel with that many
- * packs. The pipelined kernel keeps its packs in shared memory until they are used. */
-constexpr BlockLimits FWD_LIMITS{{1024, 1024, 512, 256}};
-constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}};
+/* The largest block per packs per thread (items 1, 2, 4, 8) and the CTAs of that size that
+ * must fit an SM: at most 512 threads share a row from 2 packs up (wider rows take more packs
+ * per thread), within 64 registers up to 4 packs. From ptxas's counts for bf16 (the
+ * hungriest dtype) so that nothing spills. */
+constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}};
+constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 512, 512, 256}, {1, 2, 1, 1}};
 
 /* y for one element from its input x, 1/rms r and weight W (W already rounded to T in
  * cast mode none). */
@@ -112,7 +112,7 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
 /* row and blockrow: each group handles exactly one row; the weight loads are issued right
  * after x's, so their latency hides behind the row's rather than following the reduction. */
 template <typename T, int VEC, int ITEMS, bool RES>
-__global__ void __launch_bounds__(FWD_LIMITS(ITEMS)) rms_fwd_one(FwdArgs a)
+__global__ void __launch_bounds__(FWD_LIMITS(ITEMS), FWD_LIMITS.ctas(ITEMS)) rms_fwd_one(FwdArgs a)
 {
   const int G = a.group, R = blockDim.x / G;
   const int lane = threadIdx.x % G, nvec = a.N / VEC;
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS)) rms_fwd_one(FwdArgs a)
   Pack<T, VEC> xv[ITEMS], rv[ITEMS];
   if (active)
     load_in<T, VEC, ITEMS, RES>(a, row, lane, G, nvec, xv, rv);
-  const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec);
+  const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, false);
   process<T, VEC, ITEMS, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
 }
 
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS)) rms_fwd_one(FwdArgs a)
  * residual) packs of the row s iterations ahead; each iteration tops the pipeline up, waits
  * for the oldest stage and works on it from registers. */
 template <typename T, int VEC, int ITEMS, bool RES>
-__global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS)) rms_fwd_pipe(FwdArgs a)
+__global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(ITEMS)) rms_fwd_pipe(FwdArgs a)
 {
   using P = Pack<T, VEC>;
   const int G = a.group, R = blockDim.x / G, grp = threadIdx.x / G;
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS)) rms_fwd_pipe(FwdArgs a
   __shared__ float red[2][32];
   int parity = 0;
   const Staging<P, ITEMS> st(dyn, S, RES ? 2 : 1);
-  Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec);
+  Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
 
   auto fetch = [&](int64_t row, int stage) {
     if (row < a.M) {
