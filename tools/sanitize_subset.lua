@@ -1,7 +1,8 @@
 -- A representative subset of the CUDA kernels for compute-sanitizer (memcheck, racecheck):
 -- every rmsnorm/add_rmsnorm strategy, forward and backward, on shapes that reach each code
 -- path (vector and scalar packs, one and several rows per CTA, the looping kernels, the
--- fused grid reduction, atomics, in place). Small shapes: the tools slow kernels down a lot.
+-- fused grid reduction, the cp.async pipelines, atomics, in place). Small shapes: the tools
+-- slow kernels down a lot.
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
 local nl = require("normlab")
 local dev = nl.device("cuda")
@@ -9,11 +10,14 @@ local shapes = {{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 40000}}
 local runs = 0
 for _, s in ipairs(shapes) do
   local M, N = s[1], s[2]
-  for _, dtype in ipairs({"bf16", "fp32"}) do
+  -- bf16 with weights of its own dtype (held in registers by the pipelined kernels) and
+  -- with fp32 weights (read from L1), fp32 with fp32 weights
+  for _, case in ipairs({{"bf16", "bf16"}, {"bf16", "fp32"}, {"fp32", "fp32"}}) do
+    local dtype = case[1]
     local x = dev:randn({M, N}, dtype, {seed = 1})
     local res = dev:randn({M, N}, dtype, {seed = 2})
     local dy = dev:randn({M, N}, dtype, {seed = 3})
-    local w = dev:randn({N}, "fp32", {seed = 4, mean = 1, std = 0.1})
+    local w = dev:randn({N}, case[2], {seed = 4, mean = 1, std = 0.1})
     for _, v in ipairs({"row", "blockrow", "persistent"}) do
       if nl.supports("rmsnorm.fwd." .. v, {x = x, w = w, y = dy, eps = 1e-6}) then
         local y, r = nl.rmsnorm(x, w, {variant = v})

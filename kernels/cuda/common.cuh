@@ -47,10 +47,22 @@ __device__ __forceinline__ const Pack<T, VEC> *pack_at(const void *base, int64_t
   return reinterpret_cast<const Pack<T, VEC> *>(static_cast<const T *>(base) + row * stride) + vec;
 }
 
+/* Row data is read once: streaming loads (evict-first), so that they do not push the
+ * weight, which every row re-reads, out of L1. */
 template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> load(const void *base, int64_t row, int64_t stride, int vec)
 {
-  return *pack_at<T, VEC>(base, row, stride, vec);
+  const Pack<T, VEC> *p = pack_at<T, VEC>(base, row, stride, vec);
+  Pack<T, VEC> out;
+  if constexpr (sizeof(out) == 16)
+    *reinterpret_cast<uint4 *>(&out) = __ldcs(reinterpret_cast<const uint4 *>(p));
+  else if constexpr (sizeof(out) == 8)
+    *reinterpret_cast<uint2 *>(&out) = __ldcs(reinterpret_cast<const uint2 *>(p));
+  else if constexpr (sizeof(out) == 4)
+    *reinterpret_cast<unsigned *>(&out) = __ldcs(reinterpret_cast<const unsigned *>(p));
+  else
+    *reinterpret_cast<unsigned short *>(&out) = __ldcs(reinterpret_cast<const unsigned short *>(p));
+  return out;
 }
 
 template <typename T, int VEC>
@@ -209,9 +221,8 @@ __host__ inline SmemCost staging_cost(int stages, int streams, int pack_bytes, i
  * whole kernel): packs of x's dtype are held as they are, in half the registers of fp32
  * values, and converted where used; callers refresh() them once per row so the compiler does
  * not hoist the conversions out of the loop into fp32 registers. Otherwise (the one-row
- * kernels, whose occupancy is what hides latency) the constructor only asks L1 to prefetch
- * the lines, without registers, and get() reads them after the row's reduction. fp32 weights
- * are always read where used, from L1. */
+ * kernels, whose occupancy is what hides latency) get() reads them where used, from L1,
+ * after the row's reduction. fp32 weights are always read where used. */
 template <typename T, int VEC, int ITEMS> struct Weights {
   Pack<T, VEC> raw[ITEMS];
   const void *w;
@@ -222,20 +233,11 @@ template <typename T, int VEC, int ITEMS> struct Weights {
                                      int nvec, bool preload)
       : w(w_), wf32(wf32_), offset(offset_), held(preload && w_ && !wf32_)
   {
-    if (!w)
-      return;
+    if (held)
 #pragma unroll
-    for (int i = 0; i < ITEMS; i++) {
-      const int v = lane + i * G;
-      if (v >= nvec)
-        continue;
-      if (held)
-        raw[i] = reinterpret_cast<const Pack<T, VEC> *>(w)[v];
-      else if (wf32)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const Pack<float, VEC> *>(w) + v));
-      else
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const Pack<T, VEC> *>(w) + v));
-    }
+      for (int i = 0; i < ITEMS; i++)
+        if (lane + i * G < nvec)
+          raw[i] = reinterpret_cast<const Pack<T, VEC> *>(w)[lane + i * G];
   }
   __device__ __forceinline__ void refresh()
   {
@@ -321,6 +323,7 @@ enum { BLOCKROW_BLOCK = 256, MAX_ITEMS = 8, LOOP_BLOCK = 512 };
 struct BlockLimits {
   int by_items[4];   /* items 1, 2, 4, 8 */
   int min_ctas[4];
+  int max_group;     /* MANY_ROWS: the most threads sharing a row (0: the block limit) */
   static __host__ __device__ constexpr int slot(int items)
   {
     return items <= 1 ? 0 : items == 2 ? 1 : items == 4 ? 2 : 3;
@@ -365,6 +368,8 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int elt, RowMode mode, BlockLi
     if (mode == CTA_ROWS) {
       c.group = group < 32 ? 32 : group;
       c.block = c.group;
+    } else if (limits.max_group && group > limits.max_group) {
+      continue;
     } else {
       const int64_t fit = smem.threads(items);
       int pref = pow2ceil(block_pref < 32 ? 32 : block_pref);

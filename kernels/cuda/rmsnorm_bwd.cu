@@ -48,9 +48,9 @@ enum Flavor { DIRECT, REGS, PIPE };
 /* The largest block per flavor and items, from ptxas's register counts for bf16 (the
  * hungriest dtype) so that nothing spills; 0: no kernel with that many packs. PIPE holds
  * the weight and dW (2 x VEC floats per item) on top of the packs. */
-constexpr BlockLimits BWD_LIMITS[3] = {{{1024, 1024, 512, 256}, {1, 1, 1, 1}},
-                                       {{1024, 512, 512, 256}, {1, 1, 1, 1}},
-                                       {{1024, 512, 512, 0}, {1, 1, 1, 1}}};
+constexpr BlockLimits BWD_LIMITS[3] = {{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 0},
+                                       {{1024, 512, 512, 256}, {1, 1, 1, 1}, 0},
+                                       {{1024, 512, 512, 0}, {1, 1, 1, 1}, 0}};
 
 template <typename T>
 __device__ __forceinline__ void store_dw(void *dw, int dw_f32, int col, float v)

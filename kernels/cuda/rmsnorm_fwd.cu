@@ -32,10 +32,11 @@ struct FwdArgs {
 
 /* The largest block per packs per thread (items 1, 2, 4, 8) and the CTAs of that size that
  * must fit an SM: at most 512 threads share a row from 2 packs up (wider rows take more packs
- * per thread), within 64 registers up to 4 packs. From ptxas's counts for bf16 (the
- * hungriest dtype) so that nothing spills. */
-constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}};
-constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 512, 512, 256}, {1, 2, 1, 1}};
+ * per thread: 2 resident rows of 512 threads move more than one of 1024), within 64
+ * registers up to 4 packs. From ptxas's counts for bf16 (the hungriest dtype) so that
+ * nothing spills. */
+constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}, 0};
+constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 512};
 
 /* y for one element from its input x, 1/rms r and weight W (W already rounded to T in
  * cast mode none). */
