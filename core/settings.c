@@ -33,7 +33,7 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA auto forward: blockrow (a warp or less per row) for N up to this"},
   [NL_SET_RMS_FWD_PERSISTENT_MIN_M] = {"rmsnorm.fwd.persistent_min_m", 1, 1, 1e12, 1,
     "CUDA auto forward above blockrow_max_n: persistent from this many rows and persistent_min_n columns, row otherwise"},
-  [NL_SET_RMS_FWD_PERSISTENT_MIN_N] = {"rmsnorm.fwd.persistent_min_n", 2048, 1, 1 << 24, 1,
+  [NL_SET_RMS_FWD_PERSISTENT_MIN_N] = {"rmsnorm.fwd.persistent_min_n", 4096, 1, 1 << 24, 1,
     "CUDA auto forward: persistent from this many columns (and persistent_min_m rows)"},
   [NL_SET_RMS_FWD_ITEMS] = {"rmsnorm.fwd.items", 2, 1, 8, 1,
     "CUDA forward: target 16-byte packs per thread per row (1, 2, 4, 8); fewer threads per row as it grows"},

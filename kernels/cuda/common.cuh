@@ -48,12 +48,15 @@ __device__ __forceinline__ const Pack<T, VEC> *pack_at(const void *base, int64_t
 }
 
 /* Row data is read once: streaming loads (evict-first), so that they do not push the
- * weight, which every row re-reads, out of L1. */
-template <typename T, int VEC>
+ * weight, which every row re-reads, out of L1. The looping kernels' first pass, whose data
+ * the second pass reads again from L2, loads with the default policy (STREAM false). */
+template <typename T, int VEC, bool STREAM = true>
 __device__ __forceinline__ Pack<T, VEC> load(const void *base, int64_t row, int64_t stride, int vec)
 {
   const Pack<T, VEC> *p = pack_at<T, VEC>(base, row, stride, vec);
   Pack<T, VEC> out;
+  if constexpr (!STREAM)
+    return *p;
   if constexpr (sizeof(out) == 16)
     *reinterpret_cast<uint4 *>(&out) = __ldcs(reinterpret_cast<const uint4 *>(p));
   else if constexpr (sizeof(out) == 8)

@@ -35,6 +35,7 @@ struct BwdArgs {
   int64_t sx, sdy, sdres, sdx;
   int64_t M, chunk; /* chunk > 0: CTA b owns rows [b*chunk, (b+1)*chunk) */
   int N, group, wf32, cast, fused, dw_f32, stages;
+  int acc_smem;     /* looping kernel: dW accumulates in shared memory (N floats) */
   float offset;
 };
 
@@ -338,8 +339,10 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
   }
 }
 
-/* Rows wider than registers hold: two passes over the row; dW accumulates in this CTA's
- * own partial row in global memory (each column always touched by the same thread). */
+/* Rows wider than registers hold: two passes over the row, the second re-reading x and dy
+ * (mostly from L2). dW accumulates in a row of N floats that each column's thread alone
+ * touches: in shared memory when it fits (acc_smem), else the CTA's partial row in global
+ * memory; the shared row is emitted at the end. */
 template <typename T, int VEC>
 __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
 {
@@ -348,7 +351,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
   __shared__ float red[2][32];
   extern __shared__ __align__(16) float dyn[];
   int parity = 0;
-  float *out = a.partials ? a.partials + (int64_t)blockIdx.x * a.N : NULL;
+  float *out = a.acc_smem ? dyn : a.partials ? a.partials + (int64_t)blockIdx.x * a.N : NULL;
   if (out)
     for (int col = threadIdx.x; col < a.N; col += blockDim.x)
       out[col] = 0.f;
@@ -359,7 +362,8 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
     const float r = a.rstd[row];
     float s = 0.f;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-      Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v), gv = load<T, VEC>(a.dy, row, a.sdy, v);
+      Pack<T, VEC> xv = load<T, VEC, false>(a.x, row, a.sx, v);
+      Pack<T, VEC> gv = load<T, VEC, false>(a.dy, row, a.sdy, v);
       float W[VEC];
       load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
 #pragma unroll
@@ -391,6 +395,9 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
       store<T, VEC>(a.dx, row, a.sdx, v, o);
     }
   }
+  if (a.acc_smem)
+    for (int col = threadIdx.x; col < a.N; col += blockDim.x)
+      emit(a, col, dyn[col]);
   if (a.fused) {
     __threadfence();
     grid_barrier(a.sync);
@@ -447,6 +454,7 @@ struct Plan {
   size_t smem;
   int64_t chunk;
   int stages;            /* PIPE: rows in flight per thread */
+  bool acc_smem;         /* looping kernel: dW accumulated in shared memory */
   bool fused;
   int64_t partial_rows;  /* rows of the fp32 partials/temp buffer (0: none) */
   bool accum_in_ws;      /* atomic reduction into an fp32 accumulator in the workspace */
@@ -499,11 +507,15 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
                             : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor);
   const int64_t per_cta = rows_per_cta(p->c);
   p->smem = 0;
+  p->acc_smem = false;
   if (p->c.items != 0 && p->flavor != DIRECT) {
     /* staging (PIPE), then each group's row of dW */
     const size_t staging = (size_t)stages * p->c.block * ((size_t)streams * p->c.items * pack + 4);
     const size_t rows = (size_t)(per_cta * k->N) * sizeof(float);
     p->smem = staging > rows ? staging : rows;
+  } else if (p->c.items == 0 && dw && k->N * (int64_t)sizeof(float) <= smem_budget()) {
+    p->acc_smem = true;
+    p->smem = (size_t)k->N * sizeof(float);
   }
   p->chunk = 0;
   p->fused = false;
@@ -558,7 +570,7 @@ int launch_t(nlk_norm *k, Mapping m)
                p.partial_rows ? ws : NULL, NULL, (unsigned int *)k->sync,
                k->sx, k->sdy, k->sdres, k->sdx, k->M, p.chunk,
                (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.fused, k->wdt == NLK_F32,
-               p.stages, k->offset};
+               p.stages, p.acc_smem, k->offset};
   if (dw && atomic) {
     a.accum = p.accum_in_ws ? ws : (float *)k->dw;
     rc = cuda_result(k, cudaMemsetAsync(a.accum, 0, (size_t)k->N * sizeof(float), s));

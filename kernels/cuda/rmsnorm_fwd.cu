@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
     const int64_t src_stride = a.res ? a.sres_out : a.sx;
     float ss = 0.f;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-      Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v);
+      Pack<T, VEC> xv = load<T, VEC, false>(a.x, row, a.sx, v);
       if (a.res) {
         Pack<T, VEC> rv = load<T, VEC>(a.res, row, a.sres, v);
 #pragma unroll
