@@ -57,7 +57,7 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent backward: CTAs per SM (0: as many as fit)"},
   [NL_SET_RMS_BWD_STAGES] = {"rmsnorm.bwd.stages", 2, 2, 4, 1,
     "CUDA persistent and partials backward: rows each thread has in flight through cp.async, the current one included"},
-  [NL_SET_RMS_BWD_FUSED_REDUCE] = {"rmsnorm.bwd.fused_reduce", 1, 0, 1, 1,
+  [NL_SET_RMS_BWD_FUSED_REDUCE] = {"rmsnorm.bwd.fused_reduce", 0, 0, 1, 1,
     "CUDA persistent backward: 1 reduces dW in the same kernel after a grid barrier, 0 launches the reduce kernel"},
 };
 

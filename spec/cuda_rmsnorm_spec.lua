@@ -275,7 +275,7 @@ describe("CUDA rmsnorm #cuda", function()
     release(p)
   end)
 
-  it_cuda("in-place backward, fp32-atomic reductions, reduce kernel instead of the fused one",
+  it_cuda("in-place backward, fp32-atomic reductions, the fused in-kernel reduction",
     function()
       for _, s in ipairs({{199, 1024}, {4099, 4096}, {37, 65536}}) do
         local p = problem(s[1], s[2], "bf16")
@@ -284,7 +284,7 @@ describe("CUDA rmsnorm #cuda", function()
           check_bwd(p, v, {inplace = true})
           check_bwd(p, v, {reduce = "atomic"})
         end
-        with_settings({["rmsnorm.bwd.fused_reduce"] = 0}, function()
+        with_settings({["rmsnorm.bwd.fused_reduce"] = 1}, function()
           check_bwd(p, "persistent")
         end)
         release(p)
@@ -301,6 +301,7 @@ describe("CUDA rmsnorm #cuda", function()
             ["rmsnorm.fwd.block"] = block, ["rmsnorm.bwd.block"] = block,
             ["rmsnorm.fwd.stages"] = 2 + (items + block) % 3,
             ["rmsnorm.bwd.stages"] = 2 + (items + block + 1) % 3,
+            ["rmsnorm.bwd.fused_reduce"] = (items + block) % 2,
             ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2}, function()
             check_all(p)
           end)

@@ -41,9 +41,9 @@ for _, s in ipairs(shapes) do
     end
     local dyc = dy:to(dev)
     local _, dw = nl.rmsnorm_bwd(dyc, x, w, rstd, {variant = "persistent", inplace = true})
-    nl.set("rmsnorm.bwd.fused_reduce", 0)
-    local dx3, dw3 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "persistent"})
     nl.set("rmsnorm.bwd.fused_reduce", 1)
+    local dx3, dw3 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "persistent"})
+    nl.set("rmsnorm.bwd.fused_reduce", 0)
     dev:sync()
     for _, b in ipairs({dyc, dw, dx3, dw3, rstd, x, res, dy, w}) do b:free() end
     runs = runs + 2

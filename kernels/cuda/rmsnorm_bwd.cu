@@ -342,7 +342,8 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
 /* Rows wider than registers hold: two passes over the row, the second re-reading x and dy
  * (mostly from L2). dW accumulates in a row of N floats that each column's thread alone
  * touches: in shared memory when it fits (acc_smem), else the CTA's partial row in global
- * memory; the shared row is emitted at the end. */
+ * memory; the shared row is emitted at the end. Columns are zeroed and emitted by other
+ * threads than the ones that accumulate them, hence the barriers around the row loop. */
 template <typename T, int VEC>
 __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
 {
@@ -352,9 +353,11 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
   extern __shared__ __align__(16) float dyn[];
   int parity = 0;
   float *out = a.acc_smem ? dyn : a.partials ? a.partials + (int64_t)blockIdx.x * a.N : NULL;
-  if (out)
+  if (out) {
     for (int col = threadIdx.x; col < a.N; col += blockDim.x)
       out[col] = 0.f;
+    __syncthreads(); /* the zeroing threads are not the accumulating ones */
+  }
   int64_t begin = a.chunk > 0 ? (int64_t)blockIdx.x * a.chunk : blockIdx.x;
   int64_t end = a.chunk > 0 ? min(a.M, begin + a.chunk) : a.M;
   int64_t step = a.chunk > 0 ? 1 : gridDim.x;
@@ -395,9 +398,11 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
       store<T, VEC>(a.dx, row, a.sdx, v, o);
     }
   }
-  if (a.acc_smem)
+  if (a.acc_smem) {
+    __syncthreads();
     for (int col = threadIdx.x; col < a.N; col += blockDim.x)
       emit(a, col, dyn[col]);
+  }
   if (a.fused) {
     __threadfence();
     grid_barrier(a.sync);
