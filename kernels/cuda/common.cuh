@@ -35,6 +35,31 @@ template <typename T> __device__ __forceinline__ T from_f(float v) { return Dt<T
 /* The value v takes once stored in T: the casting modes round intermediates like this. */
 template <typename T> __device__ __forceinline__ float round_to(float v) { return to_f(from_f<T>(v)); }
 
+/* Two 16-bit values at once: a and b rounded to T, times two weights of T, rounded once.
+ * That is what llama casting computes in fp32 (a product of two 16-bit values is exact in
+ * fp32, so one rounding of it is one correctly rounded packed multiply), in two
+ * instructions instead of six. */
+template <typename T> struct Pair {
+  static constexpr bool ok = false;
+};
+template <> struct Pair<__nv_bfloat16> {
+  static constexpr bool ok = true;
+  using V = __nv_bfloat162;
+  static __device__ __forceinline__ V make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <> struct Pair<__half> {
+  static constexpr bool ok = true;
+  using V = __half2;
+  static __device__ __forceinline__ V make(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+template <typename T>
+__device__ __forceinline__ void mul_rounded(T *out, float a, float b, const T *w)
+{
+  using V = typename Pair<T>::V;
+  *reinterpret_cast<V *>(out) = __hmul2(Pair<T>::make(a, b), *reinterpret_cast<const V *>(w));
+}
+
 /* VEC elements moved as one access: 16 bytes when VEC = 16 / sizeof(T). */
 template <typename T, int VEC> struct __align__(sizeof(T) * VEC) Pack {
   T v[VEC];
@@ -247,6 +272,11 @@ template <typename T, int VEC, int ITEMS> struct Weights {
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
       opaque(raw[i]);
+  }
+  /* item i's weight pack v as stored (x's dtype) */
+  __device__ __forceinline__ Pack<T, VEC> pack(int i, int v) const
+  {
+    return held ? raw[i] : reinterpret_cast<const Pack<T, VEC> *>(w)[v];
   }
   /* item i's weights (pack v) as fp32, offset added */
   __device__ __forceinline__ void get(int i, int v, float (&W)[VEC]) const

@@ -94,11 +94,23 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
     opaque(xv[i]);
   if (lane == 0 && a.rstd)
     a.rstd[row] = r;
+  /* llama casting with 16-bit weights of x's dtype and no offset: packed multiplies */
+  const bool packed = a.cast == NLK_CAST_LLAMA && a.w && !a.wf32 && a.offset == 0.f;
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec) {
       Pack<T, VEC> o;
+      if constexpr (Pair<T>::ok && VEC % 2 == 0) {
+        if (packed) {
+          const Pack<T, VEC> wp = wt.pack(i, v);
+#pragma unroll
+          for (int j = 0; j < VEC; j += 2)
+            mul_rounded(o.v + j, to_f(xv[i].v[j]) * r, to_f(xv[i].v[j + 1]) * r, wp.v + j);
+          store<T, VEC>(a.y, row, a.sy, v, o);
+          continue;
+        }
+      }
       float W[VEC];
       wt.get(i, v, W);
 #pragma unroll
@@ -110,8 +122,8 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
   }
 }
 
-/* row and blockrow: each group handles exactly one row; the weight loads are issued right
- * after x's, so their latency hides behind the row's rather than following the reduction. */
+/* row and blockrow: each group handles exactly one row; the weight is read after the
+ * reduction, from L1 (the CTAs of an SM share it). */
 template <typename T, int VEC, int ITEMS, bool RES>
 __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), FWD_LIMITS.ctas(ITEMS)) rms_fwd_one(FwdArgs a)
 {
