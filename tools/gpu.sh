@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, CUDA specs, sanitizers, benchmarks; logs under $OUT.
-#   tools/gpu.sh [steps...]     steps: build spec spec-ffi sanitize bench tune anchors
+#   tools/gpu.sh [steps...]     steps: build spec spec-ffi sanitize bench tune anchors anchors-key
 #                               (default: build spec bench)
 # Run from the repository root after `. .gpu/env.sh` (see ../shared/gpu/README.md). Each step
 # writes $OUT/<step>.log; the benchmark tables also go to $OUT/*.md and *.json.
@@ -45,15 +45,19 @@ for step in $steps; do
       tune=("$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check
             --weight x --dtypes bf16)
       run tune_bwd "${tune[@]}" --op rmsnorm.bwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
-        --set rmsnorm.bwd.items=1,2,4 --set rmsnorm.bwd.block=512,1024 --set rmsnorm.bwd.stages=2,3,4 \
+        --set rmsnorm.bwd.items=2,4 --set rmsnorm.bwd.block=256,512 --set rmsnorm.bwd.stages=2,3 \
         --markdown "$OUT/tune_bwd.md"
-      run tune_fwd "${tune[@]}" --op rmsnorm.fwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
-        --set rmsnorm.fwd.items=2,4 --set rmsnorm.fwd.block=512,1024 --set rmsnorm.fwd.stages=2,3 \
-        --markdown "$OUT/tune_fwd.md"
-      run tune_fwd_row "${tune[@]}" --op rmsnorm.fwd --variants row --M 4096,32768 --N 2048,4096,8192,16384 \
-        --set rmsnorm.fwd.items=1,2,4 --markdown "$OUT/tune_fwd_row.md" ;;
+      run tune_bwd_fused "${tune[@]}" --op rmsnorm.bwd --variants persistent --M 4096,32768 --N 4096,16384 \
+        --set rmsnorm.bwd.fused_reduce=0,1 --markdown "$OUT/tune_bwd_fused.md"
+      run tune_fwd "${tune[@]}" --op rmsnorm.fwd --variants row --M 4096,32768 --N 1024..16384 \
+        --set rmsnorm.fwd.items=1,2,4 --markdown "$OUT/tune_fwd.md"
+      run tune_fwd_pipe "${tune[@]}" --op rmsnorm.fwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
+        --set rmsnorm.fwd.items=2,4 --set rmsnorm.fwd.stages=2,3 --markdown "$OUT/tune_fwd_pipe.md" ;;
     anchors)
       run anchors python3 .gpu/anchors.py ;;
+    anchors-key)
+      # the anchors on the shapes of the performance targets only (about a minute)
+      run anchors_key python3 tools/anchors_key.py ;;
     *) echo "unknown step $step"; status=1 ;;
   esac
 done

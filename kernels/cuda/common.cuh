@@ -1,6 +1,8 @@
 /*
- * common.cuh: what the CUDA norm kernels share: element types, 16-byte packs, rounding,
- * warp and block sums, the row-mapping configuration and the grid barrier.
+ * common.cuh: what the CUDA norm kernels share: element types, 16-byte packs, rounding and
+ * packed 16-bit products, warp and block sums, the weight held per thread, cp.async staging
+ * for the pipelined kernels, the row-mapping configuration (register and shared-memory
+ * budgets) and the grid barrier.
  */
 #ifndef NL_COMMON_CUH
 #define NL_COMMON_CUH
