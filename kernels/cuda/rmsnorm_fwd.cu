@@ -8,12 +8,13 @@
  *              the weight is read into registers once per CTA, and each thread keeps its
  *              packs of the next rmsnorm.fwd.stages - 1 rows in flight through cp.async into
  *              shared memory, so DRAM stays busy across every row's reduction.
- * A thread holds its `items` packs of the row (and of the weight, loaded with x, before the
- * reduction; fp32 weights are read after it, from L1) in registers between the reduction
- * and the normalisation, so x is read once.
- * The one-row kernels are kept lean (occupancy is what hides their latency); rows wider than
- * the block limits allow go to a looping kernel that reads x twice (the second time mostly
- * from L2). Packs are 16 bytes when N, strides and pointers allow, single elements otherwise.
+ * A thread holds its `items` packs of the row in registers between the reduction and the
+ * normalisation, so x is read once. The one-row kernels are kept lean (occupancy is what
+ * hides their latency): they read the weight after the reduction, from L1, and stream x
+ * past it. With llama casting and 16-bit weights of x's dtype, y is one packed multiply per
+ * two elements. Rows wider than the block limits allow go to a looping kernel that reads x
+ * twice (the second time mostly from L2). Packs are 16 bytes when N, strides and pointers
+ * allow, single elements otherwise.
  */
 #include "common.cuh"
 
