@@ -201,9 +201,8 @@ __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS
   }
 }
 
-/* row (DIRECT) and blockrow (REGS): each group handles exactly one row. Weights of x's dtype
- * are loaded with x and dy, so their latency hides behind theirs rather than following the
- * reduction. */
+/* row (DIRECT) and blockrow (REGS): each group handles exactly one row. The weight is read
+ * where used, from L1 (the CTAs of an SM share it), to keep registers for occupancy. */
 template <typename T, int VEC, int ITEMS, int FL>
 __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
 {
@@ -442,6 +441,7 @@ __global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, i
   }
 }
 
+/* The atomic reduction's fp32 accumulator into dW's dtype (fp32 dW is accumulated in place). */
 template <typename TW>
 __global__ void dw_convert(const float *acc, int N, TW *dw)
 {
