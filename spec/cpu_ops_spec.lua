@@ -356,14 +356,6 @@ describe("CPU strategies, the weight gradient's rounding of x * rstd", function(
 end)
 
 describe("CPU strategies, determinism and threads", function()
-  local function set_threads(n)
-    local before = nl.get("cpu.threads")
-    nl.set("cpu.threads", n)
-    return function()
-      nl.set("cpu.threads", before)
-    end
-  end
-
   it("dw and db are bitwise reproducible run to run", function()
     for _, op in ipairs(OPS) do
       for _, dt in ipairs(DTYPES) do
@@ -393,8 +385,7 @@ describe("CPU strategies, determinism and threads", function()
 
   it("agree with ref for 1, 3 and 5 threads", function()
     for _, threads in ipairs({1, 3, 5}) do
-      local restore = set_threads(threads)
-      local ok, err = pcall(function()
+      helper.with_settings({["cpu.threads"] = threads}, function()
         for _, op in ipairs(OPS) do
           for _, shape in ipairs({{7, 1025}, {37, 111}, {1, 4097}}) do
             run_case({op = op, M = shape[1], N = shape[2], dt = "bf16", weight = "x",
@@ -402,24 +393,13 @@ describe("CPU strategies, determinism and threads", function()
           end
         end
       end)
-      restore()
-      assert(ok, string.format("with cpu.threads = %d: %s", threads, tostring(err)))
     end
   end)
 end)
 
 describe("nl.run info of the CPU strategies", function()
-  local function set_threads(n)
-    local before = nl.get("cpu.threads")
-    nl.set("cpu.threads", n)
-    return function()
-      nl.set("cpu.threads", before)
-    end
-  end
-
   it("deterministic, the byte model and extra bytes = 2 x workspace", function()
-    local restore = set_threads(3)
-    local ok, err = pcall(function()
+    helper.with_settings({["cpu.threads"] = 3}, function()
       -- layernorm backward, bf16 activations, fp32 weight, bf16 bias, M = 37, N = 1025,
       -- counted by hand: dy, x read and dx written (3 x 37 x 1025 x 2 = 227550), w read and
       -- dw written (2 x 1025 x 4 = 8200), db written (1025 x 2 = 2050; b is not read),
@@ -464,8 +444,6 @@ describe("nl.run info of the CPU strategies", function()
         assert.are.equal(0, info.extra_bytes)
       end
     end)
-    restore()
-    assert(ok, tostring(err))
   end)
 
   it("the byte model over the grid: every buffer once at its logical size", function()

@@ -21,20 +21,7 @@ local NS = {1, 7, 64, 111, 512, 1023, 1025, 4096, 8191, 16384, 65536}
 -- reference stays quick.
 local MAX_ELEMS = 2 ^ 23
 
-local function with_settings(settings, fn)
-  local saved = {}
-  for k, v in pairs(settings) do
-    saved[k] = nl.get(k)
-    nl.set(k, v)
-  end
-  local ok, err = pcall(fn)
-  for k, v in pairs(saved) do
-    nl.set(k, v)
-  end
-  if not ok then
-    error(err, 0)
-  end
-end
+local with_settings = helper.with_settings
 
 local function free(...)
   for i = 1, select("#", ...) do

@@ -21,6 +21,9 @@
 --                                     the spec's when fn is a closure written there, this
 --                                     file's pcall when fn is a library function, never a line
 --                                     inside the library.
+--   helper.with_settings({key = value, ...}, fn)   fn() with those settings, restored after
+--                                     it whether it fails or not; a failure is re-raised
+--                                     prefixed with the settings ("with cpu.threads = 3: ...").
 local assert = require("luassert")
 local say = require("say")
 local nl = require("normlab")
@@ -55,6 +58,26 @@ function helper.keeper(after_each)
   end
   after_each(release)
   return keep, release
+end
+
+function helper.with_settings(settings, fn)
+  local keys, saved = {}, {}
+  for k, v in pairs(settings) do
+    keys[#keys + 1] = k
+    saved[k] = nl.get(k)
+    nl.set(k, v)
+  end
+  local ok, err = pcall(fn)
+  for k, v in pairs(saved) do
+    nl.set(k, v)
+  end
+  if not ok then
+    table.sort(keys)
+    for i, k in ipairs(keys) do
+      keys[i] = k .. " = " .. tostring(settings[k])
+    end
+    error("with " .. table.concat(keys, ", ") .. ": " .. tostring(err), 0)
+  end
 end
 
 function helper.flat(b)
