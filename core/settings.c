@@ -43,6 +43,8 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent forward: CTAs per SM (0: as many as fit)"},
   [NL_SET_RMS_FWD_STAGES] = {"rmsnorm.fwd.stages", 3, 2, 4, 1,
     "CUDA persistent forward: rows each thread has in flight through cp.async, the current one included"},
+  [NL_SET_RMS_FWD_EARLY_WEIGHT] = {"rmsnorm.fwd.early_weight", 0, 0, 1, 1,
+    "CUDA row and blockrow forward: 1 loads the weight with x (held in registers across the reduction), 0 reads it after the reduction, from L1"},
   [NL_SET_RMS_BWD_BLOCKROW_MAX_N] = {"rmsnorm.bwd.blockrow_max_n", 0, 0, 1 << 24, 1,
     "CUDA auto backward: blockrow for N up to this (0: never)"},
   [NL_SET_RMS_BWD_PARTIALS_MIN_M] = {"rmsnorm.bwd.partials_min_m", 1, 1, 1e12, 1,

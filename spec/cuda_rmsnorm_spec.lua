@@ -235,6 +235,25 @@ describe("CUDA rmsnorm #cuda", function()
     end
   end)
 
+  it_cuda("the weight loaded with x in the one-row forward kernels (early_weight)", function()
+    with_settings({["rmsnorm.fwd.early_weight"] = 1}, function()
+      for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
+        for _, s in ipairs({{37, 1024}, {199, 4096}, {4099, 512}, {7, 1023}}) do
+          for _, weight in ipairs({"x", "fp32", "none"}) do
+            for _, cast in ipairs({"llama", "gemma"}) do
+              local offset = weight ~= "none" and cast == "gemma" and 1 or 0
+              local p = problem(s[1], s[2], dtype,
+                {weight = weight, cast = cast, offset = offset, add = s[1] == 199})
+              reference(p)
+              check_all(p)
+              release(p)
+            end
+          end
+        end
+      end
+    end)
+  end)
+
   it_cuda("add_rmsnorm forward and backward, with the residual gradient", function()
     for _, dtype in ipairs({"bf16", "fp32"}) do
       for _, s in ipairs({{1, 7}, {37, 1023}, {199, 4096}, {7, 65536}, {4099, 512}}) do
@@ -289,6 +308,7 @@ describe("CUDA rmsnorm #cuda", function()
             ["rmsnorm.fwd.stages"] = 2 + (items + block) % 3,
             ["rmsnorm.bwd.stages"] = 2 + (items + block + 1) % 3,
             ["rmsnorm.bwd.fused_reduce"] = (items + block) % 2,
+            ["rmsnorm.fwd.early_weight"] = (items + block + 1) % 2,
             ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2}, function()
             check_all(p)
           end)

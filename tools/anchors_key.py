@@ -3,7 +3,15 @@
 # and backward. Same method as ../shared/gpu/anchors.py (CUDA-graph replays over rotating
 # buffer sets), which it imports from .gpu/ (../shared/gpu/prepare.sh copies it there).
 # Run on the GPU machine from the repository root: python3 tools/anchors_key.py
-# (BUDGET_S bounds the time spent compiling with torch.compile; OUT: where anchors.jsonl goes.)
+# (BUDGET_S bounds the time spent compiling with torch.compile; OUT: where anchors.jsonl goes;
+# PASSES=fwd or bwd: one pass only.)
+#
+# OUTPUTS=rotate: anchors.py discards each call's outputs, so inside the captured graph the
+# caching allocator hands every call the block the previous call freed: y (dx and dW in the
+# backward) is written to the same addresses call after call and stays in L2, while the inputs
+# rotate through 4x L2. normlab rotates its outputs with its inputs. With OUTPUTS=rotate each
+# buffer set keeps its latest outputs alive, so the outputs rotate over the sets too and both
+# sides pay for their writes in DRAM. The default (reuse) is the shared method unchanged.
 import os
 import sys
 import time
@@ -13,10 +21,31 @@ import torch  # noqa: E402
 import anchors as A  # noqa: E402
 
 A.CAP = torch.cuda.Stream()
+ROTATE = os.environ.get("OUTPUTS", "reuse") == "rotate"
+PASSES = os.environ.get("PASSES", "fwd,bwd").split(",")
+base_make_call = A.make_call
+
+
+def make_call_rotating(op, fn, M, N, dt, mode):
+    held = []
+    if mode == "fwd":
+        def keep(*args):
+            held[:] = [fn(*args)]
+        return base_make_call(op, keep, M, N, dt, mode)
+    call = base_make_call(op, fn, M, N, dt, mode)
+
+    def keep_grads():
+        held[:] = [call()]
+    return keep_grads
+
+
+if ROTATE:
+    A.make_call = make_call_rotating
+print("outputs:", "rotate" if ROTATE else "reuse (anchors.py)", flush=True)
 print(torch.__version__, torch.cuda.get_device_name(), flush=True)
 A.copy_bw()
-cfgs = [("rms", 4096, N, "bf16", mode) for N in (1024, 2048, 4096, 8192, 16384) for mode in ("fwd", "bwd")]
-cfgs += [("rms", 32768, N, "bf16", mode) for N in (4096, 8192) for mode in ("fwd", "bwd")]
+cfgs = [("rms", 4096, N, "bf16", mode) for N in (1024, 2048, 4096, 8192, 16384) for mode in PASSES]
+cfgs += [("rms", 32768, N, "bf16", mode) for N in (4096, 8192) for mode in PASSES]
 rows = {}
 for (op, M, N, dtn, mode) in cfgs:
     for name, fn in A.impls(op).items():

@@ -138,23 +138,56 @@ __device__ __forceinline__ float group_sum(float v, int width)
 /* Sum over a group of G threads (a power of two) that share a row; every thread of the
  * group gets the same sum. G <= 32: shuffles only. Larger groups add their warps' sums
  * through shared memory with one __syncthreads, so every thread of the CTA must call it
- * the same number of times. Warp sums alternate between two slots, so slot p is
- * rewritten only after every warp has passed the barrier of the next call; all threads of
- * a group add the same slots in the same order and get bit-identical results. */
+ * the same number of times: each lane reads one of its group's warp sums and a butterfly
+ * adds them (a constant cost where a loop over 16 or 32 slots was not). Warp sums alternate
+ * between two slots, so slot p is rewritten only after every warp has passed the barrier of
+ * the next call. Butterfly partners add the same two values, so every thread of a group
+ * gets a bit-identical sum. */
 __device__ __forceinline__ float group_reduce(float v, int G, float (*red)[32], int &parity)
 {
   if (G <= 32)
     return group_sum(v, G);
-  const int warp = threadIdx.x >> 5, first = (threadIdx.x / G) * (G >> 5);
+  const int warps = G >> 5, first = (threadIdx.x & ~(G - 1)) >> 5;
   v = group_sum(v, 32);
   if ((threadIdx.x & 31) == 0)
-    red[parity][warp] = v;
+    red[parity][threadIdx.x >> 5] = v;
   __syncthreads();
-  v = 0.f;
-  for (int w = first; w < first + (G >> 5); w++)
-    v += red[parity][w];
+  v = group_sum(red[parity][first + (threadIdx.x & (warps - 1))], warps);
   parity ^= 1;
   return v;
+}
+
+/* A CTA's threads in groups of G (a power of two) that share a row: the thread's lane in its
+ * group, its group's index in the CTA and the groups per CTA, by shifts (a division by a
+ * runtime G costs some twenty instructions before the first load can issue). */
+struct Group {
+  int G, lane, idx, per_cta;
+  __device__ __forceinline__ explicit Group(int G_) : G(G_)
+  {
+    const int shift = __ffs(G_) - 1;
+    lane = threadIdx.x & (G_ - 1);
+    idx = threadIdx.x >> shift;
+    per_cta = blockDim.x >> shift;
+  }
+};
+
+/* A pack as fp32. bf16 pairs convert as a 32-bit word, with one shift or mask per element
+ * (the element-wise conversion extracts the high half first: two instructions). */
+template <typename T, int VEC>
+__device__ __forceinline__ void unpack(const Pack<T, VEC> &p, float (&f)[VEC])
+{
+  if constexpr (std::is_same<T, __nv_bfloat16>::value && VEC % 2 == 0) {
+    const unsigned *u = reinterpret_cast<const unsigned *>(&p);
+#pragma unroll
+    for (int k = 0; k < VEC / 2; k++) {
+      f[2 * k] = __uint_as_float(u[k] << 16);
+      f[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      f[j] = to_f(p.v[j]);
+  }
 }
 
 /* The VEC weights of pack v as fp32 (offset added; 1 when non-affine), in 16-byte loads
@@ -247,12 +280,13 @@ __host__ inline SmemCost staging_cost(int stages, int streams, int pack_bytes, i
   return SmemCost{(int64_t)stages * streams * pack_bytes, (int64_t)stages * scalars * 4, budget};
 }
 
-/* A thread's weights for its packs. Preloaded (the looping kernels, which keep them for the
- * whole kernel): packs of x's dtype are held as they are, in half the registers of fp32
- * values, and converted where used; callers refresh() them once per row so the compiler does
- * not hoist the conversions out of the loop into fp32 registers. Otherwise (the one-row
- * kernels, whose occupancy is what hides latency) get() reads them where used, from L1,
- * after the row's reduction. fp32 weights are always read where used. */
+/* A thread's weights for its packs. Preloaded (the pipelined kernels, which keep them for
+ * the whole kernel, and the forward one-row kernels with early_weight): packs of x's dtype
+ * are held as they are, in half the registers of fp32 values, and converted where used;
+ * callers refresh() them once per row, after the reduction, so the compiler neither hoists
+ * the conversions out of a loop nor moves them above the reduction into fp32 registers.
+ * Otherwise get() reads them where used, from L1, after the row's reduction. fp32 weights
+ * are always read where used. */
 template <typename T, int VEC, int ITEMS> struct Weights {
   Pack<T, VEC> raw[ITEMS];
   const void *w;
@@ -271,9 +305,10 @@ template <typename T, int VEC, int ITEMS> struct Weights {
   }
   __device__ __forceinline__ void refresh()
   {
+    if (held)
 #pragma unroll
-    for (int i = 0; i < ITEMS; i++)
-      opaque(raw[i]);
+      for (int i = 0; i < ITEMS; i++)
+        opaque(raw[i]);
   }
   /* item i's weight pack v as stored (x's dtype) */
   __device__ __forceinline__ Pack<T, VEC> pack(int i, int v) const

@@ -130,11 +130,13 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
       if (lane + i * G < nvec) {
-        float W[VEC];
+        float W[VEC], g[VEC], x[VEC];
         wt.get(i, lane + i * G, W);
+        unpack(gv[i], g);
+        unpack(xv[i], x);
 #pragma unroll
         for (int j = 0; j < VEC; j++)
-          s += to_f(gv[i].v[j]) * W[j] * to_f(xv[i].v[j]);
+          s += g[j] * W[j] * x[j];
       }
     s *= r;
   }
@@ -152,16 +154,20 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
     const int v = lane + i * G;
     if (v < nvec) {
       Pack<T, VEC> o, dr;
-      float W[VEC], contrib[VEC];
+      float W[VEC], contrib[VEC], g[VEC], x[VEC], d[VEC];
       wt.get(i, v, W);
-      if (a.dres)
+      unpack(gv[i], g);
+      unpack(xv[i], x);
+      if (a.dres) {
         dr = dres_of(i, v);
+        unpack(dr, d);
+      }
 #pragma unroll
       for (int j = 0; j < VEC; j++) {
-        const float dy = to_f(gv[i].v[j]), xh = to_f(xv[i].v[j]) * r;
+        const float dy = g[j], xh = x[j] * r;
         float dx = r * (dy * W[j] - xh * c);
         if (a.dres)
-          dx += to_f(dr.v[j]);
+          dx += d[j];
         o.v[j] = from_f<T>(dx);
         contrib[j] = dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
       }
@@ -186,8 +192,8 @@ template <int VEC, int ITEMS>
 __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS][VEC], int lane,
                                        int G, int nvec, float *sm)
 {
-  const int R = blockDim.x / G, grp = threadIdx.x / G;
-  float *mine = sm + (int64_t)grp * a.N;
+  const Group g(G);
+  float *mine = sm + (int64_t)g.idx * a.N;
 #pragma unroll
   for (int i = 0; i < ITEMS; i++)
     if (lane + i * G < nvec)
@@ -195,8 +201,8 @@ __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS
   __syncthreads();
   for (int col = threadIdx.x; col < a.N; col += blockDim.x) {
     float sum = 0.f;
-    for (int g = 0; g < R; g++)
-      sum += sm[(int64_t)g * a.N + col];
+    for (int k = 0; k < g.per_cta; k++)
+      sum += sm[(int64_t)k * a.N + col];
     emit(a, col, sum);
   }
 }
@@ -206,9 +212,9 @@ __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS
 template <typename T, int VEC, int ITEMS, int FL>
 __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
 {
-  const int G = a.group, R = blockDim.x / G;
-  const int lane = threadIdx.x % G, nvec = a.N / VEC;
-  const int64_t row = (int64_t)blockIdx.x * R + threadIdx.x / G;
+  const Group g(a.group);
+  const int G = g.G, lane = g.lane, nvec = a.N / VEC;
+  const int64_t row = (int64_t)blockIdx.x * g.per_cta + g.idx;
   const bool active = row < a.M;
   extern __shared__ __align__(16) float dyn[];
   __shared__ float red[2][32];
@@ -257,8 +263,8 @@ template <typename T, int VEC, int ITEMS>
 __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs a)
 {
   using P = Pack<T, VEC>;
-  const int G = a.group, R = blockDim.x / G, grp = threadIdx.x / G;
-  const int lane = threadIdx.x % G, nvec = a.N / VEC, S = a.stages;
+  const Group g(a.group);
+  const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = a.N / VEC, S = a.stages;
   extern __shared__ __align__(16) float dyn[];
   __shared__ float red[2][32];
   int parity = 0;

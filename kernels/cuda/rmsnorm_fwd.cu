@@ -63,7 +63,7 @@ template <typename T, int VEC, int ITEMS, bool RES>
 __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool active, int lane,
                                         int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
                                         const Pack<T, VEC> (&rv)[ITEMS],
-                                        const Weights<T, VEC, ITEMS> &wt, float (*red)[32],
+                                        Weights<T, VEC, ITEMS> &wt, float (*red)[32],
                                         int &parity)
 {
   float ss = 0.f;
@@ -73,16 +73,19 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
       const int v = lane + i * G;
       if (v < nvec) {
         if (RES) {
+          float xf[VEC], rf[VEC];
+          unpack(xv[i], xf);
+          unpack(rv[i], rf);
 #pragma unroll
           for (int j = 0; j < VEC; j++)
-            xv[i].v[j] = from_f<T>(to_f(xv[i].v[j]) + to_f(rv[i].v[j]));
+            xv[i].v[j] = from_f<T>(xf[j] + rf[j]);
           store<T, VEC>(a.res_out, row, a.sres_out, v, xv[i]);
         }
+        float f[VEC];
+        unpack(xv[i], f);
 #pragma unroll
-        for (int j = 0; j < VEC; j++) {
-          const float f = to_f(xv[i].v[j]);
-          ss += f * f;
-        }
+        for (int j = 0; j < VEC; j++)
+          ss += f[j] * f[j];
       }
     }
   }
@@ -93,6 +96,7 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
 #pragma unroll
   for (int i = 0; i < ITEMS; i++)
     opaque(xv[i]);
+  wt.refresh();
   if (lane == 0 && a.rstd)
     a.rstd[row] = r;
   /* llama casting with 16-bit weights of x's dtype and no offset: packed multiplies */
@@ -102,12 +106,14 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
     const int v = lane + i * G;
     if (v < nvec) {
       Pack<T, VEC> o;
+      float f[VEC];
+      unpack(xv[i], f);
       if constexpr (Pair<T>::ok && VEC % 2 == 0) {
         if (packed) {
           const Pack<T, VEC> wp = wt.pack(i, v);
 #pragma unroll
           for (int j = 0; j < VEC; j += 2)
-            mul_rounded(o.v + j, to_f(xv[i].v[j]) * r, to_f(xv[i].v[j + 1]) * r, wp.v + j);
+            mul_rounded(o.v + j, f[j] * r, f[j + 1] * r, wp.v + j);
           store<T, VEC>(a.y, row, a.sy, v, o);
           continue;
         }
@@ -116,28 +122,29 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
       wt.get(i, v, W);
 #pragma unroll
       for (int j = 0; j < VEC; j++)
-        o.v[j] = from_f<T>(rms_out<T>(to_f(xv[i].v[j]), r,
-                                      a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j], a.cast));
+        o.v[j] = from_f<T>(rms_out<T>(f[j], r, a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j],
+                                      a.cast));
       store<T, VEC>(a.y, row, a.sy, v, o);
     }
   }
 }
 
-/* row and blockrow: each group handles exactly one row; the weight is read after the
- * reduction, from L1 (the CTAs of an SM share it). */
-template <typename T, int VEC, int ITEMS, bool RES>
+/* row and blockrow: each group handles exactly one row. The weight is read after the
+ * reduction, from L1 (the CTAs of an SM share it), or with EARLY (rmsnorm.fwd.early_weight)
+ * together with x, its latency hidden behind x's and held in registers across the reduction. */
+template <typename T, int VEC, int ITEMS, bool RES, bool EARLY>
 __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), FWD_LIMITS.ctas(ITEMS)) rms_fwd_one(FwdArgs a)
 {
-  const int G = a.group, R = blockDim.x / G;
-  const int lane = threadIdx.x % G, nvec = a.N / VEC;
-  const int64_t row = (int64_t)blockIdx.x * R + threadIdx.x / G;
+  const Group g(a.group);
+  const int G = g.G, lane = g.lane, nvec = a.N / VEC;
+  const int64_t row = (int64_t)blockIdx.x * g.per_cta + g.idx;
   const bool active = row < a.M;
   __shared__ float red[2][32];
   int parity = 0;
   Pack<T, VEC> xv[ITEMS], rv[ITEMS];
   if (active)
     load_in<T, VEC, ITEMS, RES>(a, row, lane, G, nvec, xv, rv);
-  const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, false);
+  Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, EARLY && active);
   process<T, VEC, ITEMS, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
 }
 
@@ -149,9 +156,9 @@ template <typename T, int VEC, int ITEMS, bool RES>
 __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(ITEMS)) rms_fwd_pipe(FwdArgs a)
 {
   using P = Pack<T, VEC>;
-  const int G = a.group, R = blockDim.x / G, grp = threadIdx.x / G;
-  const int lane = threadIdx.x % G, nvec = a.N / VEC, S = a.stages;
-  const int64_t step = (int64_t)gridDim.x * R;
+  const Group g(a.group);
+  const int G = g.G, grp = g.idx, lane = g.lane, nvec = a.N / VEC, S = a.stages;
+  const int64_t step = (int64_t)gridDim.x * g.per_cta;
   extern __shared__ __align__(16) float dyn[];
   __shared__ float red[2][32];
   int parity = 0;
@@ -172,7 +179,7 @@ __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(I
     }
     copy_commit();
   };
-  const int64_t first = (int64_t)blockIdx.x * R;
+  const int64_t first = (int64_t)blockIdx.x * g.per_cta;
   for (int s = 0; s < S - 1; s++)
     fetch(first + grp + s * step, s);
   int stage = 0;
@@ -190,7 +197,6 @@ __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(I
           if (RES)
             rv[i] = *st.at(stage, 1, i);
         }
-    wt.refresh();
     process<T, VEC, ITEMS, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
     stage = stage + 1 == S ? 0 : stage + 1;
   }
@@ -248,20 +254,23 @@ enum Mapping { ROW, BLOCKROW, PERSISTENT };
 struct Plan {
   RowCfg c;
   bool pipe;     /* the persistent kernel (else one-row or looping) */
+  bool early;    /* one-row kernels: the weight loaded with x */
   int stages;
   size_t smem;
   const void *kernel;
 };
 
 template <typename T, int VEC, bool RES>
-const void *kernel_for(const RowCfg &c, bool pipe)
+const void *kernel_for(const RowCfg &c, bool pipe, bool early)
 {
   if (c.items == 0)
     return (const void *)rms_fwd_loop<T, VEC>;
   const void *kp = NULL;
   with_items(c.items, [&](auto I) {
     constexpr int IT = decltype(I)::value;
-    kp = pipe ? (const void *)rms_fwd_pipe<T, VEC, IT, RES> : (const void *)rms_fwd_one<T, VEC, IT, RES>;
+    kp = pipe    ? (const void *)rms_fwd_pipe<T, VEC, IT, RES>
+         : early ? (const void *)rms_fwd_one<T, VEC, IT, RES, true>
+                 : (const void *)rms_fwd_one<T, VEC, IT, RES, false>;
     return 0;
   });
   return kp;
@@ -276,6 +285,7 @@ Plan make_plan(const nlk_norm *k, Mapping m)
   const int streams = k->res ? 2 : 1;
   const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
   p.pipe = false;
+  p.early = k->early_weight != 0;
   p.stages = 0;
   p.smem = 0;
   if (m == PERSISTENT) {
@@ -300,7 +310,8 @@ int launch_vec(nlk_norm *k, Plan &p)
 {
   FwdArgs a = {k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy, k->sres_out,
                k->M, (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.stages, k->offset, k->eps};
-  p.kernel = k->res ? kernel_for<T, VEC, true>(p.c, p.pipe) : kernel_for<T, VEC, false>(p.c, p.pipe);
+  p.kernel = k->res ? kernel_for<T, VEC, true>(p.c, p.pipe, p.early)
+                    : kernel_for<T, VEC, false>(p.c, p.pipe, p.early);
   if (allow_smem(p.kernel, p.smem) != cudaSuccess)
     return NLK_ERR_UNSUPPORTED;
   const int64_t per_cta = rows_per_cta(p.c), groups = (k->M + per_cta - 1) / per_cta;
