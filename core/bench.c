@@ -35,10 +35,23 @@ static void sets_free(bench_sets *s)
   memset(s, 0, sizeof *s);
 }
 
+/* Whether field f of a is written by the op: y, residual_out, dx, dw, db, and the row
+ * statistics of a forward pass (a backward pass, which has dy, reads them). */
+static int is_output(const nl_norm_args *a, int f)
+{
+  const size_t off = nl__arg_offsets[f];
+  if (off == offsetof(nl_norm_args, rstd) || off == offsetof(nl_norm_args, mean))
+    return a->dy == NULL;
+  return off == offsetof(nl_norm_args, y) || off == offsetof(nl_norm_args, residual_out) ||
+         off == offsetof(nl_norm_args, dx) || off == offsetof(nl_norm_args, dw) ||
+         off == offsetof(nl_norm_args, db);
+}
+
 /* Clones the distinct buffers of proto into count - 1 more sets, keeping aliases (dx == dy,
- * residual_out == residual) as aliases, then plans every set. */
+ * residual_out == residual) as aliases, then plans every set. With share_outputs the output
+ * buffers that alias no input are set 0's in every set. */
 static nl_status sets_make(nl_ctx *ctx, const char *variant, const nl_norm_args *proto, int count,
-                           bench_sets *s)
+                           int share_outputs, bench_sets *s)
 {
   nl_status st = NL_OK;
   memset(s, 0, sizeof *s);
@@ -66,6 +79,8 @@ static nl_status sets_make(nl_ctx *ctx, const char *variant, const nl_norm_args 
         *nl__arg_slot(a, f) = *nl__arg_slot(a, g);
         continue;
       }
+      if (share_outputs && is_output(proto, f))
+        continue; /* *a = *proto already holds set 0's buffer */
       st = nl__buf_clone(ctx, orig, nl__arg_slot(a, f));
       if (st == NL_OK)
         s->owned[s->n_owned++] = *nl__arg_slot(a, f);
@@ -84,13 +99,14 @@ static nl_status sets_make(nl_ctx *ctx, const char *variant, const nl_norm_args 
   return st;
 }
 
-static int64_t set_bytes(const nl_norm_args *a)
+/* The bytes of one set's distinct buffers (inputs_only: those a shared-outputs set clones). */
+static int64_t set_bytes(const nl_norm_args *a, int inputs_only)
 {
   int64_t total = 0;
   for (int f = 0; f < N_FIELDS; f++) {
     nl_buf *b = nl__arg(a, f);
     int g, dup = 0;
-    if (!b)
+    if (!b || (inputs_only && is_output(a, f)))
       continue;
     for (g = 0; g < f; g++)
       dup |= nl__arg(a, g) == b;
@@ -195,7 +211,7 @@ nl_status nl_bench(nl_ctx *ctx, const char *variant, const nl_norm_args *proto,
 
   if ((st = nl_device_query(ctx, plan0.device, &info)) != NL_OK)
     return st;
-  sb = set_bytes(proto);
+  sb = set_bytes(proto, o.share_outputs != 0);
   count = 1;
   if (o.mode == NL_BENCH_ROTATE)
     count = (int64_t)ceil(o.rotate_factor * (double)info.l2_bytes / (double)sb);
@@ -203,7 +219,7 @@ nl_status nl_bench(nl_ctx *ctx, const char *variant, const nl_norm_args *proto,
     count = 1;
   if (count > o.max_sets)
     count = o.max_sets;
-  if ((st = sets_make(ctx, plan0.v->name, proto, (int)count, &sets)) != NL_OK)
+  if ((st = sets_make(ctx, plan0.v->name, proto, (int)count, o.share_outputs != 0, &sets)) != NL_OK)
     return st;
   if (o.mode == NL_BENCH_FLUSH && plan0.device.backend == NL_CPU) {
     flush_bytes = 2 * (size_t)info.l2_bytes;
@@ -323,7 +339,7 @@ nl_status nl_bench(nl_ctx *ctx, const char *variant, const nl_norm_args *proto,
   out->reps = reps;
   out->sets = sets.count;
   out->mode = o.mode;
-  out->footprint_bytes = sb * sets.count;
+  out->footprint_bytes = sb * sets.count + (set_bytes(proto, 0) - sb);
 
 done:
   if (graph_live)

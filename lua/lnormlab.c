@@ -305,9 +305,12 @@ static void toopts(lua_State *L, int idx, nl_bench_opts *o)
       o->rotate_factor = checknum(L, -1, k);
     else if (strcmp(k, "max_sets") == 0)
       o->max_sets = checkint(L, -1, k);
+    else if (strcmp(k, "share_outputs") == 0)
+      o->share_outputs =
+          lua_isboolean(L, -1) ? lua_toboolean(L, -1) : (int32_t)checkint(L, -1, k);
     else
       fail(L, "opts: unknown field '%s' (expected: mode, graph, batches, reps, warmup_ms, "
-              "batch_ms, rotate_factor, max_sets)", k);
+              "batch_ms, rotate_factor, max_sets, share_outputs)", k);
     lua_pop(L, 1);
   }
 }

@@ -299,11 +299,42 @@ describe("nl.bench", function()
     assert.are.equal("cpu", m.device)
     assert.is_true(m.roofline_gbps > 0)
     assert.are.equal("rotate", m.mode)
+    assert.are.equal("rotate", m.outputs)
     assert.is_false(m.graph)
     assert.are.equal(nl.version, m.version)
     assert.are.equal(nl.binding, m.binding)
     assert.are.equal(nl.get("cpu.threads"), m.settings["cpu.threads"])
     assert.are.equal("string", type(m.date))
+  end)
+
+  it("shares the outputs across buffer sets when asked: only the inputs rotate", function()
+    -- M x N fp32 activations: the forward reads x (and residual) and writes y (and
+    -- residual_out) and rstd; the backward reads x, dy and rstd and writes dx and dW.
+    local M, N = 64, 256
+    local act, w, rstd = M * N * 4, N * 4, M * 4
+    local cases = {
+      {op = "rmsnorm", ins = act + w, outs = act + rstd},
+      {op = "add_rmsnorm", ins = 2 * act + w, outs = 2 * act + rstd},
+      {op = "rmsnorm.bwd", ins = 2 * act + w + rstd, outs = act + w},
+    }
+    for _, c in ipairs(cases) do
+      local rows = {}
+      for _, outputs in ipairs({"rotate", "shared"}) do
+        local r = nl.bench({op = c.op, variants = {"row"}, M = M, N = N, dtype = "fp32",
+          device = "cpu", outputs = outputs, batches = 2, reps = 2, warmup_ms = 1,
+          progress = false})
+        local row = r.rows[1]
+        assert.are.equal("ok", row.status, tostring(row.reason))
+        for f, chk in pairs(row.check) do
+          assert.is_true(chk.ok, c.op .. " " .. f)
+        end
+        assert.are.equal(outputs, r.meta.outputs)
+        rows[outputs] = row
+      end
+      local rot, sh = rows.rotate, rows.shared
+      assert.are.equal(rot.sets * (c.ins + c.outs), rot.footprint_bytes, c.op)
+      assert.are.equal(sh.sets * c.ins + c.outs, sh.footprint_bytes, c.op)
+    end
   end)
 
   it("turns unsupported cells into skip rows and reports progress", function()
@@ -330,8 +361,10 @@ describe("nl.bench", function()
 
   it("checks its options", function()
     helper.raises("unknown option 'Ns' for bench (expected: op, variants, M, N, dtype, device, "
-      .. "weight, cast, offset, eps, reduce, check, mode, graph, batches, reps, warmup_ms, "
-      .. "batch_ms, progress, seed)", nl.bench, {op = "rmsnorm", Ns = 1})
+      .. "weight, cast, offset, eps, reduce, check, mode, outputs, graph, batches, reps, "
+      .. "warmup_ms, batch_ms, progress, seed)", nl.bench, {op = "rmsnorm", Ns = 1})
+    helper.raises("bench: option 'outputs' must be rotate or shared, got 'all'",
+      nl.bench, {op = "rmsnorm", M = 1, N = 1, outputs = "all", device = "cpu"})
     helper.raises("bench: option 'cast' applies to rmsnorm and add_rmsnorm, not layernorm",
       nl.bench, {op = "layernorm.bwd", M = 1, N = 1, cast = "gemma", device = "cpu"})
     helper.raises("bench: option 'M' must hold positive integers, got {0}",

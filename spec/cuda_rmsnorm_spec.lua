@@ -235,8 +235,8 @@ describe("CUDA rmsnorm #cuda", function()
     end
   end)
 
-  it_cuda("the weight loaded with x in the one-row forward kernels (early_weight)", function()
-    with_settings({["rmsnorm.fwd.early_weight"] = 1}, function()
+  it_cuda("the weight loaded with x in the one-row forward kernels (early_weight_max_n)", function()
+    with_settings({["rmsnorm.fwd.early_weight_max_n"] = 2 ^ 24}, function()
       for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
         for _, s in ipairs({{37, 1024}, {199, 4096}, {4099, 512}, {7, 1023}}) do
           for _, weight in ipairs({"x", "fp32", "none"}) do
@@ -308,7 +308,7 @@ describe("CUDA rmsnorm #cuda", function()
             ["rmsnorm.fwd.stages"] = 2 + (items + block) % 3,
             ["rmsnorm.bwd.stages"] = 2 + (items + block + 1) % 3,
             ["rmsnorm.bwd.fused_reduce"] = (items + block) % 2,
-            ["rmsnorm.fwd.early_weight"] = (items + block + 1) % 2,
+            ["rmsnorm.fwd.early_weight_max_n"] = (items + block + 1) % 2 * 2 ^ 24,
             ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2}, function()
             check_all(p)
           end)

@@ -174,6 +174,9 @@ typedef struct nl_bench_opts {
   double batch_ms;        /* target time of one batch when reps = 0 (0: backend default) */
   double rotate_factor;   /* rotate mode: footprint >= this x L2 (0: 4) */
   int64_t max_sets;       /* cap on buffer sets (0: 64) */
+  int32_t share_outputs;  /* rotate mode: every set writes the same output buffers (they stay in
+                           * L2, as when an allocator hands each call the block the previous
+                           * one freed); only the inputs rotate */
 } nl_bench_opts;
 
 typedef struct nl_bench_result {

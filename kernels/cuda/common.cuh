@@ -425,6 +425,8 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int elt, RowMode mode, BlockLi
   c.vec = pick_vec(k, elt);
   nvec = k->N / c.vec;
   c.grid = 0;
+  if (k->items == 0 && mode != WARP_ROWS)  /* asked for the two-pass looping kernel */
+    target = MAX_ITEMS * 2;
   for (int items = target; items <= MAX_ITEMS; items *= 2) {
     int group = pow2ceil((nvec + items - 1) / items);
     c.items = items;

@@ -9,12 +9,14 @@
  *              packs of the next rmsnorm.fwd.stages - 1 rows in flight through cp.async into
  *              shared memory, so DRAM stays busy across every row's reduction.
  * A thread holds its `items` packs of the row in registers between the reduction and the
- * normalisation, so x is read once. The one-row kernels are kept lean (occupancy is what
- * hides their latency): they read the weight after the reduction, from L1, and stream x
- * past it. With llama casting and 16-bit weights of x's dtype, y is one packed multiply per
- * two elements. Rows wider than the block limits allow go to a looping kernel that reads x
- * twice (the second time mostly from L2). Packs are 16 bytes when N, strides and pointers
- * allow, single elements otherwise.
+ * normalisation, so x is read once. The one-row kernels stream x past L1. For rows up to
+ * rmsnorm.fwd.early_weight_max_n they load the weight with x (such grids are about one wave,
+ * so every CTA would otherwise wait on the weight at once, after its reduction); wider rows
+ * stay lean (occupancy hides their latency) and read it after the reduction, from L1. With
+ * llama casting and 16-bit weights of x's dtype, y is one packed multiply per two elements.
+ * Rows wider than the block limits allow (or any row, with rmsnorm.fwd.items = 0) go to a
+ * looping kernel that reads x twice (the second time mostly from L1 or L2). Packs are 16
+ * bytes when N, strides and pointers allow, single elements otherwise.
  */
 #include "common.cuh"
 
@@ -130,8 +132,9 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
 }
 
 /* row and blockrow: each group handles exactly one row. The weight is read after the
- * reduction, from L1 (the CTAs of an SM share it), or with EARLY (rmsnorm.fwd.early_weight)
- * together with x, its latency hidden behind x's and held in registers across the reduction. */
+ * reduction, from L1 (the CTAs of an SM share it), or with EARLY (rmsnorm.fwd.early_weight_max_n,
+ * rmsnorm only: add_rmsnorm's residual packs leave no registers for it) together with x, its
+ * latency hidden behind x's, and held in registers across the reduction. */
 template <typename T, int VEC, int ITEMS, bool RES, bool EARLY>
 __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), FWD_LIMITS.ctas(ITEMS)) rms_fwd_one(FwdArgs a)
 {
@@ -268,9 +271,13 @@ const void *kernel_for(const RowCfg &c, bool pipe, bool early)
   const void *kp = NULL;
   with_items(c.items, [&](auto I) {
     constexpr int IT = decltype(I)::value;
-    kp = pipe    ? (const void *)rms_fwd_pipe<T, VEC, IT, RES>
-         : early ? (const void *)rms_fwd_one<T, VEC, IT, RES, true>
-                 : (const void *)rms_fwd_one<T, VEC, IT, RES, false>;
+    if (pipe)
+      kp = (const void *)rms_fwd_pipe<T, VEC, IT, RES>;
+    else if constexpr (!RES)
+      kp = early ? (const void *)rms_fwd_one<T, VEC, IT, false, true>
+                 : (const void *)rms_fwd_one<T, VEC, IT, false, false>;
+    else
+      kp = (const void *)rms_fwd_one<T, VEC, IT, true, false>;
     return 0;
   });
   return kp;

@@ -20,8 +20,8 @@ local util = require("normlab.util")
 local K = core.constants
 
 local KEYS = {"op", "variants", "M", "N", "dtype", "device", "weight", "cast", "offset", "eps",
-  "reduce", "check", "mode", "graph", "batches", "reps", "warmup_ms", "batch_ms", "progress",
-  "seed"}
+  "reduce", "check", "mode", "outputs", "graph", "batches", "reps", "warmup_ms", "batch_ms",
+  "progress", "seed"}
 
 -- Activations each op and pass reads, the activations it writes, its per-row statistics
 -- (outputs of a forward pass, inputs of a backward one, which takes them from `fwd` run on
@@ -122,8 +122,12 @@ local function parse(spec)
   p.eps = ops.eps_opt("bench", s.eps, p.op == "layernorm" and 1e-5 or 1e-6)
   p.check = s.check ~= false
   p.seed = s.seed
+  if s.outputs ~= nil and s.outputs ~= "rotate" and s.outputs ~= "shared" then
+    util.failf("bench: option 'outputs' must be rotate or shared, got %s", util.show(s.outputs))
+  end
   p.opts = {mode = util.choice("bench", "mode", s.mode, enums.mode, "rotate"), graph = s.graph,
-    batches = s.batches, reps = s.reps, warmup_ms = s.warmup_ms, batch_ms = s.batch_ms}
+    batches = s.batches, reps = s.reps, warmup_ms = s.warmup_ms, batch_ms = s.batch_ms,
+    share_outputs = s.outputs == "shared"}
   p.progress = s.progress
   return p
 end
@@ -276,6 +280,7 @@ local function measure(p, cell, variant, bufs)
   row.pct = roof > 0 and 100 * b.gbps / roof or nil
   row.deterministic, row.reduce = info.deterministic, info.reduce
   row.grid, row.block = info.grid, info.block
+  row.sets, row.footprint_bytes = b.sets, b.footprint_bytes
   return row
 end
 
@@ -344,7 +349,7 @@ return function(spec)
   end
   local meta = {device = p.device.name, device_info = p.device.info,
     roofline_gbps = p.device:roofline(), mode = enums.mode.name[p.opts.mode],
-    graph = p.opts.graph == true, date = os.date("!%Y-%m-%dT%H:%M:%SZ"), version = core.version(),
+    outputs = p.opts.share_outputs and "shared" or "rotate", graph = p.opts.graph == true, date = os.date("!%Y-%m-%dT%H:%M:%SZ"), version = core.version(),
     binding = core.binding, settings = values}
   return require("normlab.report").new(sweep(p), meta)
 end

@@ -9,7 +9,7 @@
 --   cli.emit(r, args, {speedup = {"persistent", "row"}})  -- table on stdout, files as asked
 --
 -- Common options: --device, --M and --N (comma lists, "lo..hi" doubles from lo up to hi),
--- --dtypes, --variants, --csv/--json/--markdown/--svg PATH, --mode, --graph, --batches,
+-- --dtypes, --variants, --csv/--json/--markdown/--svg PATH, --mode, --outputs, --graph, --batches,
 -- --seed, --no-check. Bad values stop the script with the usage and a one-line reason (an
 -- error object whose message is all that the normlab executable prints: no traceback).
 -- Shared Lua, 5.1-compatible.
@@ -172,6 +172,9 @@ function cli.parser(description, defaults, name)
     :convert(converter(one_of({"fp32", "x", "none"}), "--weight"))
   p:option("--mode", "Timing mode: rotate, flush or hot.")
     :argname("<mode>"):default(def("mode")):convert(converter(one_of(cli.MODES), "--mode"))
+  p:option("--outputs", "rotate: outputs rotate with the inputs; shared: every buffer set "
+    .. "writes the same outputs, which stay in L2 (how anchors.py times).")
+    :argname("<how>"):convert(converter(one_of({"rotate", "shared"}), "--outputs"))
   p:flag("--graph", "Capture each timed batch in a CUDA graph.")
   p:option("--batches", "Timed batches (the median is reported).")
     :argname("<n>"):default(defaults.batches):convert(converter(count(1), "--batches"))
@@ -223,6 +226,7 @@ function cli.bench_opts(args, base)
   o.dtype = args.dtypes or o.dtype
   o.variants = args.variants or o.variants
   o.mode = args.mode or o.mode
+  o.outputs = args.outputs or o.outputs
   o.weight = args.weight or o.weight
   if args.graph then o.graph = true end
   o.batches = args.batches or o.batches

@@ -173,11 +173,11 @@ local function toopts(t)
       o[k] = checkint(v, k)
     elseif OPT_NUM[k] then
       o[k] = checknum(v, k)
-    elseif k == "graph" then
-      o.graph = type(v) == "boolean" and (v and 1 or 0) or checkint(v, k)
+    elseif k == "graph" or k == "share_outputs" then
+      o[k] = type(v) == "boolean" and (v and 1 or 0) or checkint(v, k)
     else
       util.failf("opts: unknown field '%s' (expected: mode, graph, batches, reps, warmup_ms, "
-        .. "batch_ms, rotate_factor, max_sets)", k)
+        .. "batch_ms, rotate_factor, max_sets, share_outputs)", k)
     end
   end
   return o

@@ -257,6 +257,7 @@ local function header(self, nops, lines)
   end
   local what = nops == 1 and lines[1] and lines[1].op or "normlab bench"
   local mode = m.mode and tostring(m.mode) or "?"
+  if m.outputs == "shared" then mode = mode .. " (outputs shared across sets)" end
   if m.graph then mode = mode .. " + CUDA graph" end
   local date = m.date or os.date("%Y-%m-%d %H:%M")
   local out = {format("%s on %s", what, concat(devices, ", "))}
