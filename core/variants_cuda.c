@@ -42,6 +42,7 @@ static void tune_fwd(const nl_ctx *ctx, nlk_norm *k)
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_CTAS_PER_SM);
   k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_STAGES);
   k->early_weight = k->N <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N);
+  k->stream_stores = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_STREAM_STORES);
 }
 
 static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
@@ -58,11 +59,13 @@ static int blockrow_fits(const nl_ctx *ctx, const nlk_norm *k, enum nl_setting_i
   return k->N <= (int64_t)nl__setting(ctx, max_n) && k->N <= nlk_cuda_blockrow_max_n(k);
 }
 
-/* auto forward: blockrow up to blockrow_max_n (when a warp holds the row), then persistent
- * from persistent_min_m rows and persistent_min_n columns, row otherwise. */
+/* auto forward: blockrow up to blockrow_max_n columns and blockrow_max_m rows (when a warp
+ * holds the row), then persistent from persistent_min_m rows and persistent_min_n columns,
+ * row otherwise. */
 static const char *auto_fwd(const nl_ctx *ctx, const nlk_norm *k)
 {
-  if (blockrow_fits(ctx, k, NL_SET_RMS_FWD_BLOCKROW_MAX_N))
+  if (k->M <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_BLOCKROW_MAX_M) &&
+      blockrow_fits(ctx, k, NL_SET_RMS_FWD_BLOCKROW_MAX_N))
     return "blockrow";
   if (k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_PERSISTENT_MIN_M) &&
       k->N >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_PERSISTENT_MIN_N))

@@ -318,6 +318,24 @@ describe("CUDA rmsnorm #cuda", function()
     end
   end)
 
+  it_cuda("auto forward follows its thresholds: blockrow for short rows up to blockrow_max_m", function()
+    local x, y = cuda:randn({64, 1024}, "bf16", {seed = 3}), cuda:empty({64, 1024}, "bf16")
+    local args = {x = x, y = y, eps = 1e-6}
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 64},
+      function()
+        assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", args))
+      end)
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63},
+      function()
+        assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+      end)
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.persistent_min_m"] = 64,
+      ["rmsnorm.fwd.persistent_min_n"] = 1024}, function()
+      assert.are.equal("rmsnorm.fwd.persistent", nl.resolve("rmsnorm.fwd.auto", args))
+    end)
+    free(x, y)
+  end)
+
   it_cuda("row strides wider than the row, with and without 16-byte alignment", function()
     for _, pad in ipairs({8, 3}) do
       local p = problem(37, 1024, "bf16", {stride = pad})

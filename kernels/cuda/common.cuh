@@ -95,10 +95,21 @@ __device__ __forceinline__ Pack<T, VEC> load(const void *base, int64_t row, int6
   return out;
 }
 
+/* stream: a streaming store (st.global.cs, evict-first in L2), so that the lines of an output
+ * that no one in the benchmark reads again are written back and dropped before the inputs'. */
 template <typename T, int VEC>
-__device__ __forceinline__ void store(void *base, int64_t row, int64_t stride, int vec, const Pack<T, VEC> &p)
+__device__ __forceinline__ void store(void *base, int64_t row, int64_t stride, int vec, const Pack<T, VEC> &p,
+                                      bool stream = false)
 {
-  reinterpret_cast<Pack<T, VEC> *>(static_cast<T *>(base) + row * stride)[vec] = p;
+  Pack<T, VEC> *d = reinterpret_cast<Pack<T, VEC> *>(static_cast<T *>(base) + row * stride) + vec;
+  if constexpr (sizeof(p) == 16 || sizeof(p) == 8 || sizeof(p) == 4) {
+    using W = std::conditional_t<sizeof(p) == 16, uint4, std::conditional_t<sizeof(p) == 8, uint2, unsigned>>;
+    if (stream) {
+      __stcs(reinterpret_cast<W *>(d), *reinterpret_cast<const W *>(&p));
+      return;
+    }
+  }
+  *d = p;
 }
 
 /* Hides a pack's value from the optimiser. Kernels call it on the packs they keep across a
@@ -117,14 +128,14 @@ __device__ __forceinline__ void opaque(Pack<T, VEC> &p)
 }
 
 /* The packs of one row that a thread of a G-thread group holds: v = lane + i*G. */
-template <typename T, int VEC, int ITEMS>
+template <typename T, int VEC, int ITEMS, bool STREAM = true>
 __device__ __forceinline__ void load_row(const void *base, int64_t row, int64_t stride, int lane,
                                          int G, int nvec, Pack<T, VEC> (&out)[ITEMS])
 {
 #pragma unroll
   for (int i = 0; i < ITEMS; i++)
     if (lane + i * G < nvec)
-      out[i] = load<T, VEC>(base, row, stride, lane + i * G);
+      out[i] = load<T, VEC, STREAM>(base, row, stride, lane + i * G);
 }
 
 /* Sum over aligned groups of `width` lanes (a power of two <= 32); every lane gets the sum. */
