@@ -47,8 +47,6 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent forward: rows each thread has in flight through cp.async, the current one included"},
   [NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N] = {"rmsnorm.fwd.early_weight_max_n", 4096, 0, 1 << 24, 1,
     "CUDA row and blockrow rmsnorm forward: for N up to this the weight is loaded with x and held in registers across the reduction; wider rows (and add_rmsnorm) read it after the reduction, from L1 (0: never early)"},
-  [NL_SET_RMS_FWD_STREAM_STORES] = {"rmsnorm.fwd.stream_stores", 1, 0, 1, 1,
-    "CUDA forward: 1 writes y and residual_out with streaming stores (evict-first in L2), 0 with the default policy (the next op may find them in L2)"},
   [NL_SET_RMS_BWD_BLOCKROW_MAX_N] = {"rmsnorm.bwd.blockrow_max_n", 0, 0, 1 << 24, 1,
     "CUDA auto backward: blockrow for N up to this (0: never)"},
   [NL_SET_RMS_BWD_PARTIALS_MIN_M] = {"rmsnorm.bwd.partials_min_m", 1, 1, 1e12, 1,

@@ -42,7 +42,6 @@ static void tune_fwd(const nl_ctx *ctx, nlk_norm *k)
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_CTAS_PER_SM);
   k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_STAGES);
   k->early_weight = k->N <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N);
-  k->stream_stores = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_STREAM_STORES);
 }
 
 static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)

@@ -69,7 +69,6 @@ typedef struct nlk_norm {
   int32_t stages;         /* pipelined kernels (persistent, partials backward): rows each
                            * thread has in flight, the current one included (2..4) */
   int32_t early_weight;   /* one-row forward: load the weight with x, before the reduction */
-  int32_t stream_stores;  /* forward: y and residual_out through streaming stores */
   int32_t cuda_error;     /* [out] cudaError_t when a launcher returns NLK_ERR_CUDA */
   int32_t grid;           /* [out] blocks (CUDA) or threads (CPU) used by the main kernel */
   int32_t block;          /* [out] threads per block */

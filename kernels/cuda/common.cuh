@@ -95,21 +95,19 @@ __device__ __forceinline__ Pack<T, VEC> load(const void *base, int64_t row, int6
   return out;
 }
 
-/* stream: a streaming store (st.global.cs, evict-first in L2), so that the lines of an output
- * that no one in the benchmark reads again are written back and dropped before the inputs'. */
-template <typename T, int VEC>
-__device__ __forceinline__ void store(void *base, int64_t row, int64_t stride, int vec, const Pack<T, VEC> &p,
-                                      bool stream = false)
+/* STREAM: a streaming store (st.global.cs, evict-first), so that an output's lines are
+ * written back and dropped before the inputs' (a compile-time choice: a runtime one costs the
+ * one-row kernels registers, 48 -> 56 at 2 packs, and a CTA per SM). */
+template <typename T, int VEC, bool STREAM = false>
+__device__ __forceinline__ void store(void *base, int64_t row, int64_t stride, int vec, const Pack<T, VEC> &p)
 {
   Pack<T, VEC> *d = reinterpret_cast<Pack<T, VEC> *>(static_cast<T *>(base) + row * stride) + vec;
-  if constexpr (sizeof(p) == 16 || sizeof(p) == 8 || sizeof(p) == 4) {
+  if constexpr (STREAM && (sizeof(p) == 16 || sizeof(p) == 8 || sizeof(p) == 4)) {
     using W = std::conditional_t<sizeof(p) == 16, uint4, std::conditional_t<sizeof(p) == 8, uint2, unsigned>>;
-    if (stream) {
-      __stcs(reinterpret_cast<W *>(d), *reinterpret_cast<const W *>(&p));
-      return;
-    }
+    __stcs(reinterpret_cast<W *>(d), *reinterpret_cast<const W *>(&p));
+  } else {
+    *d = p;
   }
-  *d = p;
 }
 
 /* Hides a pack's value from the optimiser. Kernels call it on the packs they keep across a

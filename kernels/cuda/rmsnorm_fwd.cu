@@ -13,11 +13,12 @@
  * one-row kernels load the weight with x (such grids are about one wave, so every CTA would
  * otherwise wait on the weight at once, after its reduction); wider rows stay lean (occupancy
  * hides their latency), stream x past L1 and read the weight there after the reduction.
- * Outputs go out through streaming stores (rmsnorm.fwd.stream_stores; 1-3% on an H200 at
- * M = 4096). With llama casting and 16-bit weights of x's dtype, y is one packed multiply per
- * two elements. Rows wider than the block limits allow (or any row, with rmsnorm.fwd.items =
- * 0) go to a looping kernel that reads x twice (the second time mostly from L1 or L2). Packs
- * are 16 bytes when N, strides and pointers allow, single elements otherwise.
+ * Outputs go out through streaming stores (1-3% on an H200 at M = 4096, whether outputs
+ * rotate or are shared across benchmark sets; -2% only at N = 1024 shared). With llama
+ * casting and 16-bit weights of x's dtype, y is one packed multiply per two elements. Rows
+ * wider than the block limits allow (or any row, with rmsnorm.fwd.items = 0) go to a looping
+ * kernel that reads x twice (the second time mostly from L1 or L2). Packs are 16 bytes when
+ * N, strides and pointers allow, single elements otherwise.
  */
 #include "common.cuh"
 
@@ -30,7 +31,7 @@ struct FwdArgs {
   float *rstd;
   int64_t sx, sres, sy, sres_out;
   int64_t M;
-  int N, group, wf32, cast, stages, stream_out;
+  int N, group, wf32, cast, stages;
   float offset, eps;
 };
 
@@ -82,7 +83,7 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
 #pragma unroll
           for (int j = 0; j < VEC; j++)
             xv[i].v[j] = from_f<T>(xf[j] + rf[j]);
-          store<T, VEC>(a.res_out, row, a.sres_out, v, xv[i], a.stream_out);
+          store<T, VEC, true>(a.res_out, row, a.sres_out, v, xv[i]);
         }
         float f[VEC];
         unpack(xv[i], f);
@@ -117,7 +118,7 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
 #pragma unroll
           for (int j = 0; j < VEC; j += 2)
             mul_rounded(o.v + j, f[j] * r, f[j + 1] * r, wp.v + j);
-          store<T, VEC>(a.y, row, a.sy, v, o, a.stream_out);
+          store<T, VEC, true>(a.y, row, a.sy, v, o);
           continue;
         }
       }
@@ -127,7 +128,7 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
       for (int j = 0; j < VEC; j++)
         o.v[j] = from_f<T>(rms_out<T>(f[j], r, a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j],
                                       a.cast));
-      store<T, VEC>(a.y, row, a.sy, v, o, a.stream_out);
+      store<T, VEC, true>(a.y, row, a.sy, v, o);
     }
   }
 }
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
 #pragma unroll
         for (int j = 0; j < VEC; j++)
           xv.v[j] = from_f<T>(to_f(xv.v[j]) + to_f(rv.v[j]));
-        store<T, VEC>(a.res_out, row, a.sres_out, v, xv, a.stream_out);
+        store<T, VEC, true>(a.res_out, row, a.sres_out, v, xv);
       }
 #pragma unroll
       for (int j = 0; j < VEC; j++) {
@@ -248,7 +249,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
       for (int j = 0; j < VEC; j++)
         o.v[j] = from_f<T>(rms_out<T>(to_f(xv.v[j]), r,
                                       a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j], a.cast));
-      store<T, VEC>(a.y, row, a.sy, v, o, a.stream_out);
+      store<T, VEC, true>(a.y, row, a.sy, v, o);
     }
   }
 }
@@ -318,8 +319,7 @@ template <typename T, int VEC>
 int launch_vec(nlk_norm *k, Plan &p)
 {
   FwdArgs a = {k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy, k->sres_out,
-               k->M, (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.stages, k->stream_stores,
-               k->offset, k->eps};
+               k->M, (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.stages, k->offset, k->eps};
   p.kernel = k->res ? kernel_for<T, VEC, true>(p.c, p.pipe, p.early)
                     : kernel_for<T, VEC, false>(p.c, p.pipe, p.early);
   if (allow_smem(p.kernel, p.smem) != cudaSuccess)
