@@ -41,6 +41,9 @@ struct FwdArgs {
  * registers up to 4 packs. From ptxas's counts for bf16 (the hungriest dtype) so that
  * nothing spills. */
 constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}, 0};
+/* The early-weight kernels at 2 packs within 42 registers (three CTAs of 512, six of 256):
+ * 48 registers and five CTAs of 256 left N = 4096 at 84% of the roofline, 40 reach 88%. */
+constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0};
 constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 512};
 
 /* y for one element from its input x, 1/rms r and weight W (W already rounded to T in
@@ -139,7 +142,8 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
  * registers for it) together with x, its latency hidden behind x's, and held in registers
  * across the reduction; x then loads with the default policy, 2-3% faster on an H200. */
 template <typename T, int VEC, int ITEMS, bool RES, bool EARLY>
-__global__ void __launch_bounds__(FWD_LIMITS(ITEMS), FWD_LIMITS.ctas(ITEMS)) rms_fwd_one(FwdArgs a)
+__global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS : FWD_LIMITS).ctas(ITEMS))
+    rms_fwd_one(FwdArgs a)
 {
   const Group g(a.group);
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
