@@ -31,7 +31,7 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "rotate mode: the buffer sets cycled cover at least this many times the L2 (CPU: LLC)"},
   [NL_SET_RMS_FWD_BLOCKROW_MAX_N] = {"rmsnorm.fwd.blockrow_max_n", 1024, 0, 1 << 24, 1,
     "CUDA auto forward: blockrow (a warp or less per row) for N up to this and M up to blockrow_max_m (0: never)"},
-  [NL_SET_RMS_FWD_BLOCKROW_MAX_M] = {"rmsnorm.fwd.blockrow_max_m", 16384, 1, 1e12, 1,
+  [NL_SET_RMS_FWD_BLOCKROW_MAX_M] = {"rmsnorm.fwd.blockrow_max_m", 4096, 1, 1e12, 1,
     "CUDA auto forward: blockrow for M up to this (and N up to blockrow_max_n); row above"},
   [NL_SET_RMS_FWD_PERSISTENT_MIN_M] = {"rmsnorm.fwd.persistent_min_m", 1e12, 1, 1e12, 1,
     "CUDA auto forward above blockrow_max_n: persistent from this many rows and persistent_min_n columns, row otherwise"},

@@ -39,7 +39,10 @@ for step in $steps; do
     bench)
       run bwd "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --markdown "$OUT/bwd.md" --json "$OUT/bwd.json"
       run bwd_large "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --M 32768 --N 4096,8192 --dtypes bf16 --markdown "$OUT/bwd_large.md"
-      run fwd "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --markdown "$OUT/fwd.md" --json "$OUT/fwd.json" ;;
+      run fwd "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --markdown "$OUT/fwd.md" --json "$OUT/fwd.json"
+      # outputs written to the same buffers by every set, as anchors.py times (anchors-key)
+      run fwd_shared "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --outputs shared \
+        --M 4096 --variants auto --markdown "$OUT/fwd_shared.md" ;;
     tune)
       # the settings sweeps behind the defaults in core/settings.c (bf16, weights in x's dtype)
       tune=("$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check
@@ -49,15 +52,17 @@ for step in $steps; do
         --markdown "$OUT/tune_bwd.md"
       run tune_bwd_fused "${tune[@]}" --op rmsnorm.bwd --variants persistent --M 4096,32768 --N 4096,16384 \
         --set rmsnorm.bwd.fused_reduce=0,1 --markdown "$OUT/tune_bwd_fused.md"
-      run tune_fwd "${tune[@]}" --op rmsnorm.fwd --variants row --M 4096,32768 --N 1024..16384 \
-        --set rmsnorm.fwd.items=1,2,4 --markdown "$OUT/tune_fwd.md"
+      run tune_fwd "${tune[@]}" --op rmsnorm.fwd --variants row,blockrow --M 4096,32768 --N 1024..16384 \
+        --set rmsnorm.fwd.items=1,2,4 --set rmsnorm.fwd.early_weight_max_n=0,16384 --markdown "$OUT/tune_fwd.md"
       run tune_fwd_pipe "${tune[@]}" --op rmsnorm.fwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
         --set rmsnorm.fwd.items=2,4 --set rmsnorm.fwd.stages=2,3 --markdown "$OUT/tune_fwd_pipe.md" ;;
     anchors)
       run anchors python3 .gpu/anchors.py ;;
     anchors-key)
-      # the anchors on the shapes of the performance targets only (about a minute)
-      run anchors_key python3 tools/anchors_key.py ;;
+      # the anchors on the shapes of the performance targets only (about a minute each): as
+      # anchors.py times them (outputs reused in L2), then with their outputs rotating too
+      run anchors_key python3 tools/anchors_key.py
+      OUTPUTS=rotate run anchors_key_rotate python3 tools/anchors_key.py ;;
     *) echo "unknown step $step"; status=1 ;;
   esac
 done
