@@ -191,6 +191,25 @@ local function check_all(p)
   return skipped
 end
 
+-- check_all on every dtype x shape x weight kind x casting mode of the lists; Gemma casting
+-- with a weight adds offset 1. add(shape), when given: whether that shape is add_rmsnorm's.
+local function check_weight_grid(dtypes, shape_list, weights, casts, add)
+  for _, dtype in ipairs(dtypes) do
+    for _, s in ipairs(shape_list) do
+      for _, weight in ipairs(weights) do
+        for _, cast in ipairs(casts) do
+          local offset = weight ~= "none" and cast == "gemma" and 1 or 0
+          local p = problem(s[1], s[2], dtype,
+            {weight = weight, cast = cast, offset = offset, add = add and add(s)})
+          reference(p)
+          check_all(p)
+          release(p)
+        end
+      end
+    end
+  end
+end
+
 local function shapes()
   local list = {}
   for _, M in ipairs(MS) do
@@ -220,37 +239,14 @@ describe("CUDA rmsnorm #cuda", function()
   end
 
   it_cuda("weights, casting modes and offset on every variant", function()
-    for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
-      for _, s in ipairs({{37, 1025}, {199, 4096}, {7, 65536}, {4099, 512}}) do
-        for _, weight in ipairs({"fp32", "x", "none"}) do
-          for _, cast in ipairs({"llama", "gemma", "none"}) do
-            local offset = weight ~= "none" and cast == "gemma" and 1 or 0
-            local p = problem(s[1], s[2], dtype, {weight = weight, cast = cast, offset = offset})
-            reference(p)
-            check_all(p)
-            release(p)
-          end
-        end
-      end
-    end
+    check_weight_grid({"bf16", "fp16", "fp32"}, {{37, 1025}, {199, 4096}, {7, 65536}, {4099, 512}},
+      {"fp32", "x", "none"}, {"llama", "gemma", "none"})
   end)
 
   it_cuda("the weight loaded with x in the one-row forward kernels (early_weight_max_n)", function()
     with_settings({["rmsnorm.fwd.early_weight_max_n"] = 2 ^ 24}, function()
-      for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
-        for _, s in ipairs({{37, 1024}, {199, 4096}, {4099, 512}, {7, 1023}}) do
-          for _, weight in ipairs({"x", "fp32", "none"}) do
-            for _, cast in ipairs({"llama", "gemma"}) do
-              local offset = weight ~= "none" and cast == "gemma" and 1 or 0
-              local p = problem(s[1], s[2], dtype,
-                {weight = weight, cast = cast, offset = offset, add = s[1] == 199})
-              reference(p)
-              check_all(p)
-              release(p)
-            end
-          end
-        end
-      end
+      check_weight_grid({"bf16", "fp16", "fp32"}, {{37, 1024}, {199, 4096}, {4099, 512}, {7, 1023}},
+        {"x", "fp32", "none"}, {"llama", "gemma"}, function(s) return s[1] == 199 end)
     end)
   end)
 
@@ -318,7 +314,7 @@ describe("CUDA rmsnorm #cuda", function()
     end
   end)
 
-  it_cuda("auto forward follows its thresholds: blockrow for short rows up to blockrow_max_m", function()
+  it_cuda("auto forward follows blockrow_max_n, blockrow_max_m and persistent_min_*", function()
     local x, y = cuda:randn({64, 1024}, "bf16", {seed = 3}), cuda:empty({64, 1024}, "bf16")
     local args = {x = x, y = y, eps = 1e-6}
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 64},
