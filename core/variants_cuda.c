@@ -44,6 +44,23 @@ static void tune_fwd(const nl_ctx *ctx, nlk_norm *k)
   k->early_weight = k->N <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N);
 }
 
+static void tune_fwd_staged(const nl_ctx *ctx, nlk_norm *k)
+{
+  k->items = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_STAGED_ITEMS);
+}
+
+static nl_status staged_supports(const nl_ctx *ctx, const nlk_norm *k, char *why, size_t cap)
+{
+  int64_t max_n = nlk_cuda_staged_max_n(k);
+  if (k->N > max_n) {
+    snprintf(why, cap, "N = %lld does not fit one CTA's shared memory (at most %lld %s%s)",
+             (long long)k->N, (long long)max_n, nl_dtype_name(k->dt),
+             k->res ? " with its residual" : "");
+    return NL_EUNSUPPORTED;
+  }
+  return NL_OK;
+}
+
 static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
 {
   k->items = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_ITEMS);
@@ -60,7 +77,8 @@ static int blockrow_fits(const nl_ctx *ctx, const nlk_norm *k, enum nl_setting_i
 
 /* auto forward: blockrow up to blockrow_max_n columns and blockrow_max_m rows (when a warp
  * holds the row), then persistent from persistent_min_m rows and persistent_min_n columns,
- * row otherwise. */
+ * staged from staged_min_n to staged_max_n columns (when the row fits shared memory), row
+ * otherwise. */
 static const char *auto_fwd(const nl_ctx *ctx, const nlk_norm *k)
 {
   if (k->M <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_BLOCKROW_MAX_M) &&
@@ -69,6 +87,10 @@ static const char *auto_fwd(const nl_ctx *ctx, const nlk_norm *k)
   if (k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_PERSISTENT_MIN_M) &&
       k->N >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_PERSISTENT_MIN_N))
     return "persistent";
+  if (k->N >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_STAGED_MIN_N) &&
+      k->N <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_STAGED_MAX_N) &&
+      k->N <= nlk_cuda_staged_max_n(k))
+    return "staged";
   return "row";
 }
 
@@ -84,6 +106,8 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
 }
 
 #define LIMITS "any M; N <= 2^24; fp32, fp16, bf16; 16-byte packs when N and strides allow"
+#define ST_LIMITS "any M; N x element size (x 2 with a residual) within a CTA's shared memory " \
+  "(227 KB on sm_90: N <= 115712 bf16); fp32, fp16, bf16"
 #define BR_LIMITS "N <= 2048 (bf16/fp16) or 1024 (fp32) with 16-byte packs, 256 / 256 without"
 #define RED_TP (NL_RED(NL_REDUCE_PARTIALS) | NL_RED(NL_REDUCE_ATOMIC))
 
@@ -97,9 +121,14 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
    "grid = SMs x resident CTAs striding over rows, weight in registers once per CTA, the next "    \
    "rows in flight through cp.async (rmsnorm.fwd.stages)", LIMITS,                                 \
    DTYPES, 0, 0, rms_supports, NULL, nlk_cuda_rms_fwd_persistent, NULL, tune_fwd},                 \
+  {OPNAME ".fwd.staged", OP, NL_FWD, NL_CUDA, "staged",                                            \
+   "one CTA per row, the row copied to shared memory through cp.async (no packs held in "         \
+   "registers: many rows per SM in flight), rmsnorm.fwd.staged_items packs per thread",           \
+   ST_LIMITS, DTYPES, 0, 0, staged_supports, NULL, nlk_cuda_rms_fwd_staged, NULL, tune_fwd_staged}, \
   {OPNAME ".fwd.auto", OP, NL_FWD, NL_CUDA, "auto",                                                \
    "blockrow for N <= rmsnorm.fwd.blockrow_max_n, persistent from rmsnorm.fwd.persistent_min_m "   \
-   "rows and rmsnorm.fwd.persistent_min_n columns, row otherwise", "as the variant it picks",      \
+   "rows and rmsnorm.fwd.persistent_min_n columns, staged for rmsnorm.fwd.staged_min_n <= N <= "  \
+   "staged_max_n, row otherwise", "as the variant it picks",                                       \
    DTYPES, 0, 0, NULL, NULL, NULL, auto_fwd, NULL},                                                \
   {OPNAME ".bwd.row", OP, NL_BWD, NL_CUDA, "row",                                                  \
    "one CTA per row; dW through an M x N fp32 temp and a column-reduce kernel (the old design)",   \

@@ -12,7 +12,7 @@ local cpu = nl.device("cpu")
 local it_cuda = cuda and it or pending
 local NaN = 0 / 0
 
-local FWD = {"row", "blockrow", "persistent", "auto"}
+local FWD = {"row", "blockrow", "persistent", "staged", "auto"}
 local BWD = {"row", "blockrow", "partials", "persistent", "auto"}
 local MS = {1, 7, 37, 199, 4099}
 local NS = {1, 7, 64, 111, 512, 1023, 1025, 4096, 8191, 16384, 65536}
@@ -233,7 +233,7 @@ describe("CUDA rmsnorm #cuda", function()
         release(p)
       end
       -- blockrow refuses the wide rows only: N > 2048 (bf16/fp16) or 1024 (fp32) with
-      -- 16-byte packs, and odd N > 256.
+      -- 16-byte packs, and odd N > 256; staged refuses fp32 rows of 65536 (256 KB).
       assert.is_true(skipped > 0)
     end)
   end
@@ -266,7 +266,7 @@ describe("CUDA rmsnorm #cuda", function()
   it_cuda("add_rmsnorm in place: residual_out over residual", function()
     local p = problem(199, 4096, "bf16", {add = true})
     reference(p)
-    for _, v in ipairs({"row", "persistent", "auto"}) do
+    for _, v in ipairs({"row", "persistent", "staged", "auto"}) do
       local res, y = p.gres:to(cuda), poisoned({p.M, p.N}, p.dtype)
       local y2, h, rstd = nl.add_rmsnorm(p.gx, res, p.gw, {variant = v, inplace = true, out = y})
       assert.are.equal(res, h)
@@ -305,6 +305,7 @@ describe("CUDA rmsnorm #cuda", function()
             ["rmsnorm.bwd.stages"] = 2 + (items + block + 1) % 3,
             ["rmsnorm.bwd.fused_reduce"] = (items + block) % 2,
             ["rmsnorm.fwd.early_weight_max_n"] = (items + block + 1) % 2 * 2 ^ 24,
+            ["rmsnorm.fwd.staged_items"] = block == 1024 and 64 or items,
             ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2}, function()
             check_all(p)
           end)
@@ -314,7 +315,7 @@ describe("CUDA rmsnorm #cuda", function()
     end
   end)
 
-  it_cuda("auto forward follows blockrow_max_n, blockrow_max_m and persistent_min_*", function()
+  it_cuda("auto forward follows blockrow_max_*, persistent_min_* and staged_*", function()
     local x, y = cuda:randn({64, 1024}, "bf16", {seed = 3}), cuda:empty({64, 1024}, "bf16")
     local args = {x = x, y = y, eps = 1e-6}
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 64},
@@ -329,7 +330,21 @@ describe("CUDA rmsnorm #cuda", function()
       ["rmsnorm.fwd.persistent_min_n"] = 1024}, function()
       assert.are.equal("rmsnorm.fwd.persistent", nl.resolve("rmsnorm.fwd.auto", args))
     end)
-    free(x, y)
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.staged_min_n"] = 1024},
+      function()
+        assert.are.equal("rmsnorm.fwd.staged", nl.resolve("rmsnorm.fwd.auto", args))
+      end)
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.staged_min_n"] = 1024,
+      ["rmsnorm.fwd.staged_max_n"] = 1023}, function()
+      assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+    end)
+    -- a row wider than shared memory holds runs row whatever staged_* say
+    local wide = cuda:randn({2, 2 ^ 17}, "bf16", {seed = 4})
+    with_settings({["rmsnorm.fwd.staged_min_n"] = 1}, function()
+      assert.are.equal("rmsnorm.fwd.row",
+        nl.resolve("rmsnorm.fwd.auto", {x = wide, y = wide:to(cuda), eps = 1e-6}))
+    end)
+    free(x, y, wide)
   end)
 
   it_cuda("row strides wider than the row, with and without 16-byte alignment", function()
@@ -369,6 +384,10 @@ describe("CUDA rmsnorm #cuda", function()
     ok, err = nl.supports("rmsnorm.fwd.blockrow", {x = wide, y = wide:to(cuda), eps = 1e-6})
     assert.is_false(ok)
     assert.matches("too wide for a warp per row", err, 1, true)
-    free(x, wc, wide)
+    local huge = cuda:randn({2, 2 ^ 17}, "bf16", {seed = 4})
+    ok, err = nl.supports("rmsnorm.fwd.staged", {x = huge, y = huge:to(cuda), eps = 1e-6})
+    assert.is_false(ok)
+    assert.matches("does not fit one CTA's shared memory", err, 1, true)
+    free(x, wc, wide, huge)
   end)
 end)

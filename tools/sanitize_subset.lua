@@ -18,12 +18,16 @@ for _, s in ipairs(shapes) do
     local res = dev:randn({M, N}, dtype, {seed = 2})
     local dy = dev:randn({M, N}, dtype, {seed = 3})
     local w = dev:randn({N}, case[2], {seed = 4, mean = 1, std = 0.1})
-    for _, v in ipairs({"row", "blockrow", "persistent"}) do
+    for _, v in ipairs({"row", "blockrow", "persistent", "staged"}) do
       if nl.supports("rmsnorm.fwd." .. v, {x = x, w = w, y = dy, eps = 1e-6}) then
         local y, r = nl.rmsnorm(x, w, {variant = v})
+        y:free(); r:free()
+        runs = runs + 1
+      end
+      if nl.supports("add_rmsnorm.fwd." .. v, {x = x, residual = res, w = w, y = dy, eps = 1e-6}) then
         local y2, h, r2 = nl.add_rmsnorm(x, res, w, {variant = v})
-        y:free(); r:free(); y2:free(); h:free(); r2:free()
-        runs = runs + 2
+        y2:free(); h:free(); r2:free()
+        runs = runs + 1
       end
     end
     local _, rstd = nl.rmsnorm(x, w, {variant = "row"})

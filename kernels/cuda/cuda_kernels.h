@@ -20,6 +20,10 @@ int nlk_cuda_fill(void *p, int64_t rows, int64_t cols, int64_t stride, int elt_s
 int nlk_cuda_rms_fwd_row(nlk_norm *k);
 int nlk_cuda_rms_fwd_blockrow(nlk_norm *k);
 int nlk_cuda_rms_fwd_persistent(nlk_norm *k);
+int nlk_cuda_rms_fwd_staged(nlk_norm *k);
+/* The widest row the staged forward holds in one CTA's shared memory (with its residual
+ * for add_rmsnorm). */
+int64_t nlk_cuda_staged_max_n(const nlk_norm *k);
 
 /* RMSNorm (and add_rmsnorm) backward: rmsnorm_bwd.cu. The _ws functions give the scratch
  * each needs for the same nlk_norm (partials or temp, fp32). */

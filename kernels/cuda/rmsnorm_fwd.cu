@@ -45,6 +45,8 @@ constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}, 0};
  * 48 registers and five CTAs of 256 left N = 4096 at 84% of the roofline, 40 reach 88%. */
 constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0};
 constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 512};
+/* staged: any block up to 1024 threads within 32 registers, a full SM of threads. */
+enum { STAGED_MAX_BLOCK = 1024, STAGED_MIN_CTAS = 2 };
 
 /* y for one element from its input x, 1/rms r and weight W (W already rounded to T in
  * cast mode none). */
@@ -63,6 +65,56 @@ __device__ __forceinline__ void load_in(const FwdArgs &a, int64_t row, int lane,
     load_row<T, VEC, ITEMS, STREAM>(a.res, row, a.sres, lane, G, nvec, rv);
 }
 
+/* Adds a pack's squares to ss. RES (add_rmsnorm): first h = round(x + res) into x's pack
+ * and out to res_out, which may be res itself (the caller has read the pack). */
+template <typename T, int VEC, bool RES>
+__device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v, Pack<T, VEC> &x,
+                                           const Pack<T, VEC> &res, float &ss)
+{
+  float f[VEC];
+  if (RES) {
+    float rf[VEC];
+    unpack(x, f);
+    unpack(res, rf);
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      x.v[j] = from_f<T>(f[j] + rf[j]);
+    store<T, VEC, true>(a.res_out, row, a.sres_out, v, x);
+  }
+  unpack(x, f);
+#pragma unroll
+  for (int j = 0; j < VEC; j++)
+    ss += f[j] * f[j];
+}
+
+/* y for pack v of a row from its x (h for add_rmsnorm) pack p, the row's 1/rms r and the
+ * weight of item i in wt, out through a streaming store. With llama casting and 16-bit
+ * weights of x's dtype and no offset, one packed multiply per two elements. */
+template <typename T, int VEC, int ITEMS>
+__device__ __forceinline__ void store_y(const FwdArgs &a, int64_t row, int v, const Pack<T, VEC> &p,
+                                        float r, const Weights<T, VEC, ITEMS> &wt, int i)
+{
+  Pack<T, VEC> o;
+  float f[VEC];
+  unpack(p, f);
+  if constexpr (Pair<T>::ok && VEC % 2 == 0) {
+    if (a.cast == NLK_CAST_LLAMA && a.w && !a.wf32 && a.offset == 0.f) {
+      const Pack<T, VEC> wp = wt.pack(i, v);
+#pragma unroll
+      for (int j = 0; j < VEC; j += 2)
+        mul_rounded(o.v + j, f[j] * r, f[j + 1] * r, wp.v + j);
+      store<T, VEC, true>(a.y, row, a.sy, v, o);
+      return;
+    }
+  }
+  float W[VEC];
+  wt.get(i, v, W);
+#pragma unroll
+  for (int j = 0; j < VEC; j++)
+    o.v[j] = from_f<T>(rms_out<T>(f[j], r, a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j], a.cast));
+  store<T, VEC, true>(a.y, row, a.sy, v, o);
+}
+
 /* One row: residual add (add_rmsnorm: h = round(x + res) to res_out, which may be res
  * itself: this thread read the element before overwriting it), sum of squares, the group's
  * reduction (every thread of the CTA calls this the same number of times), y and rstd. */
@@ -78,22 +130,8 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
 #pragma unroll
     for (int i = 0; i < ITEMS; i++) {
       const int v = lane + i * G;
-      if (v < nvec) {
-        if (RES) {
-          float xf[VEC], rf[VEC];
-          unpack(xv[i], xf);
-          unpack(rv[i], rf);
-#pragma unroll
-          for (int j = 0; j < VEC; j++)
-            xv[i].v[j] = from_f<T>(xf[j] + rf[j]);
-          store<T, VEC, true>(a.res_out, row, a.sres_out, v, xv[i]);
-        }
-        float f[VEC];
-        unpack(xv[i], f);
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-          ss += f[j] * f[j];
-      }
+      if (v < nvec)
+        add_square<T, VEC, RES>(a, row, v, xv[i], rv[i], ss);
     }
   }
   ss = group_reduce(ss, G, red, parity);
@@ -106,33 +144,11 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
   wt.refresh();
   if (lane == 0 && a.rstd)
     a.rstd[row] = r;
-  /* llama casting with 16-bit weights of x's dtype and no offset: packed multiplies */
-  const bool packed = a.cast == NLK_CAST_LLAMA && a.w && !a.wf32 && a.offset == 0.f;
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
-    if (v < nvec) {
-      Pack<T, VEC> o;
-      float f[VEC];
-      unpack(xv[i], f);
-      if constexpr (Pair<T>::ok && VEC % 2 == 0) {
-        if (packed) {
-          const Pack<T, VEC> wp = wt.pack(i, v);
-#pragma unroll
-          for (int j = 0; j < VEC; j += 2)
-            mul_rounded(o.v + j, f[j] * r, f[j + 1] * r, wp.v + j);
-          store<T, VEC, true>(a.y, row, a.sy, v, o);
-          continue;
-        }
-      }
-      float W[VEC];
-      wt.get(i, v, W);
-#pragma unroll
-      for (int j = 0; j < VEC; j++)
-        o.v[j] = from_f<T>(rms_out<T>(f[j], r, a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j],
-                                      a.cast));
-      store<T, VEC, true>(a.y, row, a.sy, v, o);
-    }
+    if (v < nvec)
+      store_y(a, row, v, xv[i], r, wt, i);
   }
 }
 
@@ -213,6 +229,46 @@ __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(I
   copy_wait(0);
 }
 
+/* staged: one CTA per row, copied whole into shared memory through cp.async, so a thread
+ * holds no packs across the reduction (32 registers): an SM keeps as many rows in flight as
+ * its threads and shared memory allow (eight 256-thread CTAs of 16 KB at N = 8192 bf16,
+ * against three register-held rows of 512 threads). Each thread reads back only the slots
+ * it copied, so the reduction is the only barrier; the weight comes from L1 after it.
+ * Limits: the row (and residual) must fit one CTA's shared memory. */
+template <typename T, int VEC, bool RES>
+__global__ void __launch_bounds__(STAGED_MAX_BLOCK, STAGED_MIN_CTAS) rms_fwd_staged(FwdArgs a)
+{
+  using P = Pack<T, VEC>;
+  const int nvec = a.N / VEC;
+  const int64_t row = blockIdx.x;
+  extern __shared__ __align__(16) float dyn[];
+  __shared__ float red[2][32];
+  int parity = 0;
+  P *xs = reinterpret_cast<P *>(dyn), *rs = xs + nvec;
+  for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+    copy_async(xs + v, pack_at<T, VEC>(a.x, row, a.sx, v));
+    if (RES)
+      copy_async(rs + v, pack_at<T, VEC>(a.res, row, a.sres, v));
+  }
+  copy_commit();
+  copy_wait(0);
+  float ss = 0.f;
+  for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+    P x = xs[v];
+    add_square<T, VEC, RES>(a, row, v, x, RES ? rs[v] : x, ss);
+    if (RES)
+      xs[v] = x;
+  }
+  ss = group_reduce(ss, blockDim.x, red, parity);
+  const float r = rsqrtf(ss * (1.f / (float)a.N) + a.eps);
+  if (threadIdx.x == 0 && a.rstd)
+    a.rstd[row] = r;
+  const Weights<T, VEC, 1> wt(a.w, a.wf32, a.offset, 0, 0, nvec, false);
+#pragma unroll 2
+  for (int v = threadIdx.x; v < nvec; v += blockDim.x)
+    store_y(a, row, v, xs[v], r, wt, 0);
+}
+
 /* Rows wider than registers hold: the CTA loops over the row twice, the second time
  * re-reading x (or h from res_out) and the weight. */
 template <typename T, int VEC>
@@ -220,6 +276,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
 {
   const int nvec = a.N / VEC;
   const float inv_n = 1.f / (float)a.N;
+  const Weights<T, VEC, 1> wt(a.w, a.wf32, a.offset, 0, 0, nvec, false);
   __shared__ float red[2][32];
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.M; row += gridDim.x) {
@@ -228,37 +285,21 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
     float ss = 0.f;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
       Pack<T, VEC> xv = load<T, VEC, false>(a.x, row, a.sx, v);
-      if (a.res) {
-        Pack<T, VEC> rv = load<T, VEC>(a.res, row, a.sres, v);
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-          xv.v[j] = from_f<T>(to_f(xv.v[j]) + to_f(rv.v[j]));
-        store<T, VEC, true>(a.res_out, row, a.sres_out, v, xv);
-      }
-#pragma unroll
-      for (int j = 0; j < VEC; j++) {
-        const float f = to_f(xv.v[j]);
-        ss += f * f;
-      }
+      if (a.res)
+        add_square<T, VEC, true>(a, row, v, xv, load<T, VEC>(a.res, row, a.sres, v), ss);
+      else
+        add_square<T, VEC, false>(a, row, v, xv, xv, ss);
     }
     ss = group_reduce(ss, blockDim.x, red, parity);
     const float r = rsqrtf(ss * inv_n + a.eps);
     if (threadIdx.x == 0 && a.rstd)
       a.rstd[row] = r;
-    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-      Pack<T, VEC> xv = load<T, VEC>(src, row, src_stride, v), o;
-      float W[VEC];
-      load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
-#pragma unroll
-      for (int j = 0; j < VEC; j++)
-        o.v[j] = from_f<T>(rms_out<T>(to_f(xv.v[j]), r,
-                                      a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j], a.cast));
-      store<T, VEC, true>(a.y, row, a.sy, v, o);
-    }
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x)
+      store_y(a, row, v, load<T, VEC>(src, row, src_stride, v), r, wt, 0);
   }
 }
 
-enum Mapping { ROW, BLOCKROW, PERSISTENT };
+enum Mapping { ROW, BLOCKROW, PERSISTENT, STAGED };
 
 /* Everything a launch decides before it starts. */
 struct Plan {
@@ -343,10 +384,35 @@ int launch_vec(nlk_norm *k, Plan &p)
                                          p.smem, (cudaStream_t)k->stream));
 }
 
+/* staged: block = the threads that give each about k->items packs of the row (32 to 1024),
+ * dynamic shared memory = the row and, for add_rmsnorm, its residual. */
+template <typename T, int VEC>
+int launch_staged(nlk_norm *k)
+{
+  FwdArgs a = {k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy, k->sres_out,
+               k->M, (int)k->N, 0, k->wdt == NLK_F32, k->cast, 0, k->offset, k->eps};
+  const int items = k->items < 1 ? 1 : k->items;
+  const int64_t nvec = k->N / VEC;
+  int block = pow2ceil((nvec + items - 1) / items);
+  block = block < 32 ? 32 : block > STAGED_MAX_BLOCK ? STAGED_MAX_BLOCK : block;
+  const size_t smem = (size_t)(k->res ? 2 : 1) * k->N * sizeof(T);
+  const void *kernel = k->res ? (const void *)rms_fwd_staged<T, VEC, true>
+                              : (const void *)rms_fwd_staged<T, VEC, false>;
+  if ((int64_t)smem > smem_budget() || allow_smem(kernel, smem) != cudaSuccess)
+    return NLK_ERR_UNSUPPORTED;
+  k->grid = (int32_t)k->M;
+  k->block = block;
+  void *args[] = {&a};
+  return cuda_result(k, cudaLaunchKernel(kernel, dim3((unsigned)k->M), dim3(block), args, smem,
+                                         (cudaStream_t)k->stream));
+}
+
 int launch(nlk_norm *k, Mapping m)
 {
   return with_dtype(k->dt, [&](auto t) {
     using T = decltype(t);
+    if (m == STAGED)
+      return pick_vec(k, sizeof(T)) == 1 ? launch_staged<T, 1>(k) : launch_staged<T, 16 / sizeof(T)>(k);
     Plan p = make_plan<T>(k, m);
     if (m == BLOCKROW && p.c.items == 0)
       return (int)NLK_ERR_UNSUPPORTED;
@@ -361,4 +427,10 @@ extern "C" {
 int nlk_cuda_rms_fwd_row(nlk_norm *k) { return nlk::launch(k, nlk::ROW); }
 int nlk_cuda_rms_fwd_blockrow(nlk_norm *k) { return nlk::launch(k, nlk::BLOCKROW); }
 int nlk_cuda_rms_fwd_persistent(nlk_norm *k) { return nlk::launch(k, nlk::PERSISTENT); }
+int nlk_cuda_rms_fwd_staged(nlk_norm *k) { return nlk::launch(k, nlk::STAGED); }
+
+int64_t nlk_cuda_staged_max_n(const nlk_norm *k)
+{
+  return nlk::smem_budget() / ((k->res ? 2 : 1) * nlk_dtype_size(k->dt));
+}
 }
