@@ -47,6 +47,8 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent forward: rows each thread has in flight through cp.async, the current one included"},
   [NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N] = {"rmsnorm.fwd.early_weight_max_n", 4096, 0, 1 << 24, 1,
     "CUDA row and blockrow rmsnorm forward: for N up to this the weight is loaded with x and held in registers across the reduction; wider rows (and add_rmsnorm) read it after the reduction, from L1 (0: never early)"},
+  [NL_SET_RMS_FWD_RELOAD_MIN_N] = {"rmsnorm.fwd.reload_min_n", 8192, 0, 1 << 24, 1,
+    "CUDA row and blockrow rmsnorm forward: from this many columns x is read twice, the second time from L1, instead of held in registers across the reduction (0: never; takes precedence over early_weight_max_n)"},
   [NL_SET_RMS_FWD_STAGED_MIN_N] = {"rmsnorm.fwd.staged_min_n", 8192, 1, 1 << 24, 1,
     "CUDA auto forward above blockrow: staged (the row in shared memory) from this many columns up to staged_max_n, where the row fits; row otherwise"},
   [NL_SET_RMS_FWD_STAGED_MAX_N] = {"rmsnorm.fwd.staged_max_n", 1 << 24, 0, 1 << 24, 1,

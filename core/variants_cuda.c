@@ -42,6 +42,8 @@ static void tune_fwd(const nl_ctx *ctx, nlk_norm *k)
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_CTAS_PER_SM);
   k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_STAGES);
   k->early_weight = k->N <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N);
+  k->reload = nl__setting(ctx, NL_SET_RMS_FWD_RELOAD_MIN_N) > 0 &&
+              k->N >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_RELOAD_MIN_N);
 }
 
 static void tune_fwd_staged(const nl_ctx *ctx, nlk_norm *k)

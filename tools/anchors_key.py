@@ -4,7 +4,8 @@
 # buffer sets), which it imports from .gpu/ (../shared/gpu/prepare.sh copies it there).
 # Run on the GPU machine from the repository root: python3 tools/anchors_key.py
 # (BUDGET_S bounds the time spent compiling with torch.compile; OUT: where anchors.jsonl goes;
-# PASSES=fwd or bwd: one pass only.)
+# PASSES=fwd or bwd: one pass only; SETS_L2X=16: buffer sets until the footprint is 16x, not
+# 4x, the 60 MB L2 that anchors.py assumes.)
 #
 # OUTPUTS=rotate: anchors.py discards each call's outputs, so inside the captured graph the
 # caching allocator hands every call the block the previous call freed: y (dx and dW in the
@@ -41,7 +42,9 @@ def make_call_rotating(op, fn, M, N, dt, mode):
 
 if ROTATE:
     A.make_call = make_call_rotating
-print("outputs:", "rotate" if ROTATE else "reuse (anchors.py)", flush=True)
+A.L2_BYTES = int(os.environ.get("SETS_L2X", "4")) * 60 * 2**20
+print("outputs:", "rotate" if ROTATE else "reuse (anchors.py)", "footprint:", A.L2_BYTES >> 20, "MB",
+      flush=True)
 print(torch.__version__, torch.cuda.get_device_name(), flush=True)
 A.copy_bw()
 cfgs = [("rms", 4096, N, "bf16", mode) for N in (1024, 2048, 4096, 8192, 16384) for mode in PASSES]

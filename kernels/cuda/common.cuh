@@ -95,6 +95,39 @@ __device__ __forceinline__ Pack<T, VEC> load(const void *base, int64_t row, int6
   return out;
 }
 
+/* A load that tells L1 how long to keep the line: KEEP (L1::evict_last) for data read again
+ * soon by the same CTA, else L1::evict_first for its last read. Inline asm, volatile, so
+ * that the compiler neither merges two reads of one address nor keeps the first one's value
+ * in registers in place of the second read, which is the point of reading twice. */
+template <typename T, int VEC, bool KEEP>
+__device__ __forceinline__ Pack<T, VEC> load_l1(const Pack<T, VEC> *p)
+{
+  Pack<T, VEC> out;
+  if constexpr (sizeof(out) == 16) {
+    uint4 &u = *reinterpret_cast<uint4 *>(&out);
+    if constexpr (KEEP)
+      asm volatile("ld.global.L1::evict_last.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p));
+    else
+      asm volatile("ld.global.L1::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p));
+  } else if constexpr (sizeof(out) == 4) {
+    unsigned &u = *reinterpret_cast<unsigned *>(&out);
+    if constexpr (KEEP)
+      asm volatile("ld.global.L1::evict_last.u32 %0, [%1];" : "=r"(u) : "l"(p));
+    else
+      asm volatile("ld.global.L1::evict_first.u32 %0, [%1];" : "=r"(u) : "l"(p));
+  } else {
+    static_assert(sizeof(out) == 2, "packs of 16, 4 or 2 bytes");
+    unsigned short &u = *reinterpret_cast<unsigned short *>(&out);
+    if constexpr (KEEP)
+      asm volatile("ld.global.L1::evict_last.u16 %0, [%1];" : "=h"(u) : "l"(p));
+    else
+      asm volatile("ld.global.L1::evict_first.u16 %0, [%1];" : "=h"(u) : "l"(p));
+  }
+  return out;
+}
+
 /* STREAM: a streaming store (st.global.cs, evict-first), so that an output's lines are
  * written back and dropped before the inputs' (a compile-time choice: a runtime one costs the
  * one-row kernels registers, 48 -> 56 at 2 packs, and a CTA per SM). */

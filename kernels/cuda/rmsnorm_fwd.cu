@@ -45,6 +45,9 @@ constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}, 0};
  * 48 registers and five CTAs of 256 left N = 4096 at 84% of the roofline, 40 reach 88%. */
 constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0};
 constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 512};
+/* reload: nothing held across the reduction, so 32 registers and a full SM of threads up
+ * to 4 packs; at 8 the first read's packs need 64 (four CTAs of 256). */
+constexpr BlockLimits FWD_RELOAD_LIMITS{{1024, 512, 512, 256}, {2, 4, 4, 4}, 0};
 /* staged: any block up to 1024 threads within 32 registers, a full SM of threads. */
 enum { STAGED_MAX_BLOCK = 1024, STAGED_MIN_CTAS = 2 };
 
@@ -172,6 +175,48 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS :
     load_in<T, VEC, ITEMS, RES, !EARLY>(a, row, lane, G, nvec, xv, rv);
   Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, EARLY && active);
   process<T, VEC, ITEMS, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
+}
+
+/* row and blockrow for rows from rmsnorm.fwd.reload_min_n (rmsnorm only): x is read twice
+ * instead of held across the reduction, the second time from L1 (the first read asks L1 to
+ * keep the lines, the second to drop them), so a thread holds no packs there: 32 registers
+ * and four CTAs of 512 threads per SM where the register-held row fits three. The weight is
+ * read from L1 after the reduction. */
+template <typename T, int VEC, int ITEMS>
+__global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ctas(ITEMS))
+    rms_fwd_reload(FwdArgs a)
+{
+  const Group g(a.group);
+  const int G = g.G, lane = g.lane, nvec = a.N / VEC;
+  const int64_t row = (int64_t)blockIdx.x * g.per_cta + g.idx;
+  const bool active = row < a.M;
+  __shared__ float red[2][32];
+  int parity = 0;
+  float ss = 0.f;
+  if (active) {
+    Pack<T, VEC> xv[ITEMS];
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++)
+      if (lane + i * G < nvec)
+        xv[i] = load_l1<T, VEC, true>(pack_at<T, VEC>(a.x, row, a.sx, lane + i * G));
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++)
+      if (lane + i * G < nvec)
+        add_square<T, VEC, false>(a, row, lane + i * G, xv[i], xv[i], ss);
+  }
+  ss = group_reduce(ss, G, red, parity);
+  const float r = rsqrtf(ss * (1.f / (float)a.N) + a.eps);
+  if (!active)
+    return;
+  if (lane == 0 && a.rstd)
+    a.rstd[row] = r;
+  const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, false);
+#pragma unroll
+  for (int i = 0; i < ITEMS; i++) {
+    const int v = lane + i * G;
+    if (v < nvec)
+      store_y(a, row, v, load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)), r, wt, i);
+  }
 }
 
 /* persistent: CTAs stride over rows with a trip count uniform across the CTA (rows past M
@@ -302,17 +347,21 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
 enum Mapping { ROW, BLOCKROW, PERSISTENT, STAGED };
 
 /* Everything a launch decides before it starts. */
+/* The one-row kernels: x held in registers across the reduction with the weight read after
+ * it (LEAN) or loaded with x (EARLY), or x read twice (RELOAD). */
+enum OneRow { LEAN, EARLY, RELOAD };
+
 struct Plan {
   RowCfg c;
   bool pipe;     /* the persistent kernel (else one-row or looping) */
-  bool early;    /* one-row kernels: the weight loaded with x */
+  OneRow one;    /* which one-row kernel (row, blockrow) */
   int stages;
   size_t smem;
   const void *kernel;
 };
 
 template <typename T, int VEC, bool RES>
-const void *kernel_for(const RowCfg &c, bool pipe, bool early)
+const void *kernel_for(const RowCfg &c, bool pipe, OneRow one)
 {
   if (c.items == 0)
     return (const void *)rms_fwd_loop<T, VEC>;
@@ -322,8 +371,9 @@ const void *kernel_for(const RowCfg &c, bool pipe, bool early)
     if (pipe)
       kp = (const void *)rms_fwd_pipe<T, VEC, IT, RES>;
     else if constexpr (!RES)
-      kp = early ? (const void *)rms_fwd_one<T, VEC, IT, false, true>
-                 : (const void *)rms_fwd_one<T, VEC, IT, false, false>;
+      kp = one == RELOAD ? (const void *)rms_fwd_reload<T, VEC, IT>
+           : one == EARLY ? (const void *)rms_fwd_one<T, VEC, IT, false, true>
+                          : (const void *)rms_fwd_one<T, VEC, IT, false, false>;
     else
       kp = (const void *)rms_fwd_one<T, VEC, IT, true, false>;
     return 0;
@@ -340,7 +390,7 @@ Plan make_plan(const nlk_norm *k, Mapping m)
   const int streams = k->res ? 2 : 1;
   const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
   p.pipe = false;
-  p.early = k->early_weight != 0;
+  p.one = k->res ? LEAN : k->reload ? RELOAD : k->early_weight ? EARLY : LEAN;
   p.stages = 0;
   p.smem = 0;
   if (m == PERSISTENT) {
@@ -365,8 +415,8 @@ int launch_vec(nlk_norm *k, Plan &p)
 {
   FwdArgs a = {k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy, k->sres_out,
                k->M, (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.stages, k->offset, k->eps};
-  p.kernel = k->res ? kernel_for<T, VEC, true>(p.c, p.pipe, p.early)
-                    : kernel_for<T, VEC, false>(p.c, p.pipe, p.early);
+  p.kernel = k->res ? kernel_for<T, VEC, true>(p.c, p.pipe, p.one)
+                    : kernel_for<T, VEC, false>(p.c, p.pipe, p.one);
   if (allow_smem(p.kernel, p.smem) != cudaSuccess)
     return NLK_ERR_UNSUPPORTED;
   const int64_t per_cta = rows_per_cta(p.c), groups = (k->M + per_cta - 1) / per_cta;
