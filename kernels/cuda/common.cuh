@@ -95,36 +95,43 @@ __device__ __forceinline__ Pack<T, VEC> load(const void *base, int64_t row, int6
   return out;
 }
 
-/* A load that tells L1 how long to keep the line: KEEP (L1::evict_last) for data read again
- * soon by the same CTA, else L1::evict_first for its last read. Inline asm, volatile, so
- * that the compiler neither merges two reads of one address nor keeps the first one's value
- * in registers in place of the second read, which is the point of reading twice. */
+/* A load that tells the caches how long to keep its line: KEEP (L1 and L2 evict_last) for
+ * data the same CTA reads again soon, else evict_first for its last read. Inline asm,
+ * volatile, so that the compiler neither merges two reads of one address nor keeps the first
+ * one's value in registers in place of the second read, which is the point of reading twice. */
 template <typename T, int VEC, bool KEEP>
 __device__ __forceinline__ Pack<T, VEC> load_l1(const Pack<T, VEC> *p)
 {
   Pack<T, VEC> out;
+  uint64_t pol;
+  if constexpr (KEEP)
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#define NLK_LD(L1, TY, ...) asm volatile("ld.global.L1::" L1 ".L2::cache_hint" TY __VA_ARGS__)
   if constexpr (sizeof(out) == 16) {
     uint4 &u = *reinterpret_cast<uint4 *>(&out);
     if constexpr (KEEP)
-      asm volatile("ld.global.L1::evict_last.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p));
+      NLK_LD("evict_last", ".v4.u32 {%0, %1, %2, %3}, [%4], %5;",
+             : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p), "l"(pol));
     else
-      asm volatile("ld.global.L1::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p));
+      NLK_LD("evict_first", ".v4.u32 {%0, %1, %2, %3}, [%4], %5;",
+             : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p), "l"(pol));
   } else if constexpr (sizeof(out) == 4) {
     unsigned &u = *reinterpret_cast<unsigned *>(&out);
     if constexpr (KEEP)
-      asm volatile("ld.global.L1::evict_last.u32 %0, [%1];" : "=r"(u) : "l"(p));
+      NLK_LD("evict_last", ".u32 %0, [%1], %2;", : "=r"(u) : "l"(p), "l"(pol));
     else
-      asm volatile("ld.global.L1::evict_first.u32 %0, [%1];" : "=r"(u) : "l"(p));
+      NLK_LD("evict_first", ".u32 %0, [%1], %2;", : "=r"(u) : "l"(p), "l"(pol));
   } else {
     static_assert(sizeof(out) == 2, "packs of 16, 4 or 2 bytes");
     unsigned short &u = *reinterpret_cast<unsigned short *>(&out);
     if constexpr (KEEP)
-      asm volatile("ld.global.L1::evict_last.u16 %0, [%1];" : "=h"(u) : "l"(p));
+      NLK_LD("evict_last", ".u16 %0, [%1], %2;", : "=h"(u) : "l"(p), "l"(pol));
     else
-      asm volatile("ld.global.L1::evict_first.u16 %0, [%1];" : "=h"(u) : "l"(p));
+      NLK_LD("evict_first", ".u16 %0, [%1], %2;", : "=h"(u) : "l"(p), "l"(pol));
   }
+#undef NLK_LD
   return out;
 }
 

@@ -91,9 +91,10 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
 }
 
 /* y for pack v of a row from its x (h for add_rmsnorm) pack p, the row's 1/rms r and the
- * weight of item i in wt, out through a streaming store. With llama casting and 16-bit
- * weights of x's dtype and no offset, one packed multiply per two elements. */
-template <typename T, int VEC, int ITEMS>
+ * weight of item i in wt, out through a streaming store (STREAM) or a plain one. With llama
+ * casting and 16-bit weights of x's dtype and no offset, one packed multiply per two
+ * elements. */
+template <bool STREAM, typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void store_y(const FwdArgs &a, int64_t row, int v, const Pack<T, VEC> &p,
                                         float r, const Weights<T, VEC, ITEMS> &wt, int i)
 {
@@ -106,7 +107,7 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, int64_t row, int v, co
 #pragma unroll
       for (int j = 0; j < VEC; j += 2)
         mul_rounded(o.v + j, f[j] * r, f[j + 1] * r, wp.v + j);
-      store<T, VEC, true>(a.y, row, a.sy, v, o);
+      store<T, VEC, STREAM>(a.y, row, a.sy, v, o);
       return;
     }
   }
@@ -115,7 +116,7 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, int64_t row, int v, co
 #pragma unroll
   for (int j = 0; j < VEC; j++)
     o.v[j] = from_f<T>(rms_out<T>(f[j], r, a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j], a.cast));
-  store<T, VEC, true>(a.y, row, a.sy, v, o);
+  store<T, VEC, STREAM>(a.y, row, a.sy, v, o);
 }
 
 /* One row: residual add (add_rmsnorm: h = round(x + res) to res_out, which may be res
@@ -151,7 +152,7 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec)
-      store_y(a, row, v, xv[i], r, wt, i);
+      store_y<true>(a, row, v, xv[i], r, wt, i);
   }
 }
 
@@ -178,10 +179,11 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS :
 }
 
 /* row and blockrow for rows from rmsnorm.fwd.reload_min_n (rmsnorm only): x is read twice
- * instead of held across the reduction, the second time from L1 (the first read asks L1 to
- * keep the lines, the second to drop them), so a thread holds no packs there: 32 registers
- * and four CTAs of 512 threads per SM where the register-held row fits three. The weight is
- * read from L1 after the reduction. */
+ * instead of held across the reduction, the second time from L1 (the first read asks L1 and
+ * L2 to keep the lines, the second to drop them), so a thread holds no packs there: 32
+ * registers and four CTAs of 512 threads per SM where the register-held row fits three. The
+ * weight is read from L1 after the reduction. y goes out through plain stores: streaming
+ * ones cost this kernel 3% at N = 8192 on an H200 (they help the others). */
 template <typename T, int VEC, int ITEMS>
 __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ctas(ITEMS))
     rms_fwd_reload(FwdArgs a)
@@ -215,7 +217,8 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec)
-      store_y(a, row, v, load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)), r, wt, i);
+      store_y<false>(a, row, v, load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)), r, wt,
+                     i);
   }
 }
 
@@ -311,7 +314,7 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, STAGED_MIN_CTAS) rms_fwd_sta
   const Weights<T, VEC, 1> wt(a.w, a.wf32, a.offset, 0, 0, nvec, false);
 #pragma unroll 2
   for (int v = threadIdx.x; v < nvec; v += blockDim.x)
-    store_y(a, row, v, xs[v], r, wt, 0);
+    store_y<true>(a, row, v, xs[v], r, wt, 0);
 }
 
 /* Rows wider than registers hold: the CTA loops over the row twice, the second time
@@ -340,7 +343,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
     if (threadIdx.x == 0 && a.rstd)
       a.rstd[row] = r;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x)
-      store_y(a, row, v, load<T, VEC>(src, row, src_stride, v), r, wt, 0);
+      store_y<true>(a, row, v, load<T, VEC>(src, row, src_stride, v), r, wt, 0);
   }
 }
 
