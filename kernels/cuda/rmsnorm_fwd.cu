@@ -46,8 +46,8 @@ constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}, 0};
 constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0};
 constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 512};
 /* reload: nothing held across the reduction, so 32 registers and a full SM of threads up
- * to 4 packs; at 8 the first read's packs need 64 (four CTAs of 256). */
-constexpr BlockLimits FWD_RELOAD_LIMITS{{1024, 512, 512, 256}, {2, 4, 4, 4}, 0};
+ * to 2 packs; the first read's packs need 42 at 4 (three CTAs of 512) and 64 at 8. */
+constexpr BlockLimits FWD_RELOAD_LIMITS{{1024, 512, 512, 256}, {2, 4, 3, 4}, 0};
 /* staged: any block up to 1024 threads within 32 registers, a full SM of threads. */
 enum { STAGED_MAX_BLOCK = 1024, STAGED_MIN_CTAS = 2 };
 
