@@ -79,8 +79,7 @@ static int blockrow_fits(const nl_ctx *ctx, const nlk_norm *k, enum nl_setting_i
 
 /* auto forward: blockrow up to blockrow_max_n columns and blockrow_max_m rows (when a warp
  * holds the row), then persistent from persistent_min_m rows and persistent_min_n columns,
- * staged from staged_min_n to staged_max_n columns (when the row fits shared memory), row
- * otherwise. */
+ * row otherwise (staged, measured against row, never led it by more than noise). */
 static const char *auto_fwd(const nl_ctx *ctx, const nlk_norm *k)
 {
   if (k->M <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_BLOCKROW_MAX_M) &&
@@ -89,10 +88,6 @@ static const char *auto_fwd(const nl_ctx *ctx, const nlk_norm *k)
   if (k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_PERSISTENT_MIN_M) &&
       k->N >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_PERSISTENT_MIN_N))
     return "persistent";
-  if (k->N >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_STAGED_MIN_N) &&
-      k->N <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_STAGED_MAX_N) &&
-      k->N <= nlk_cuda_staged_max_n(k))
-    return "staged";
   return "row";
 }
 
@@ -114,7 +109,9 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
 #define RED_TP (NL_RED(NL_REDUCE_PARTIALS) | NL_RED(NL_REDUCE_ATOMIC))
 
 #define RMS_ENTRIES(OPNAME, OP)                                                                 \
-  {OPNAME ".fwd.row", OP, NL_FWD, NL_CUDA, "row", "one CTA per row, row held in registers",        \
+  {OPNAME ".fwd.row", OP, NL_FWD, NL_CUDA, "row",                                                  \
+   "one CTA per row, row held in registers (read twice, the second time from L1, from "            \
+   "rmsnorm.fwd.reload_min_n columns)",                                                            \
    LIMITS, DTYPES, 0, 0, rms_supports, NULL, nlk_cuda_rms_fwd_row, NULL, tune_fwd},                \
   {OPNAME ".fwd.blockrow", OP, NL_FWD, NL_CUDA, "blockrow",                                        \
    "256-thread CTAs, a warp or less per row, shuffle reductions only", BR_LIMITS, DTYPES, 0, 0,    \
@@ -129,8 +126,7 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
    ST_LIMITS, DTYPES, 0, 0, staged_supports, NULL, nlk_cuda_rms_fwd_staged, NULL, tune_fwd_staged}, \
   {OPNAME ".fwd.auto", OP, NL_FWD, NL_CUDA, "auto",                                                \
    "blockrow for N <= rmsnorm.fwd.blockrow_max_n, persistent from rmsnorm.fwd.persistent_min_m "   \
-   "rows and rmsnorm.fwd.persistent_min_n columns, staged for rmsnorm.fwd.staged_min_n <= N <= "  \
-   "staged_max_n, row otherwise", "as the variant it picks",                                       \
+   "rows and rmsnorm.fwd.persistent_min_n columns, row otherwise", "as the variant it picks",      \
    DTYPES, 0, 0, NULL, NULL, NULL, auto_fwd, NULL},                                                \
   {OPNAME ".bwd.row", OP, NL_BWD, NL_CUDA, "row",                                                  \
    "one CTA per row; dW through an M x N fp32 temp and a column-reduce kernel (the old design)",   \

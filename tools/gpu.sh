@@ -54,6 +54,10 @@ for step in $steps; do
         --set rmsnorm.bwd.fused_reduce=0,1 --markdown "$OUT/tune_bwd_fused.md"
       run tune_fwd "${tune[@]}" --op rmsnorm.fwd --variants row,blockrow --M 4096,32768 --N 1024..16384 \
         --set rmsnorm.fwd.items=1,2,4 --set rmsnorm.fwd.early_weight_max_n=0,16384 --markdown "$OUT/tune_fwd.md"
+      run tune_fwd_reload "${tune[@]}" --op rmsnorm.fwd --variants row --M 4096,32768 --N 2048..16384 \
+        --set rmsnorm.fwd.reload_min_n=0,1 --set rmsnorm.fwd.items=1,2,4 --markdown "$OUT/tune_fwd_reload.md"
+      run tune_fwd_staged "${tune[@]}" --op rmsnorm.fwd --variants staged --M 4096,32768 --N 1024..16384 \
+        --set rmsnorm.fwd.staged_items=1,2,4,8 --markdown "$OUT/tune_fwd_staged.md"
       run tune_fwd_pipe "${tune[@]}" --op rmsnorm.fwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
         --set rmsnorm.fwd.items=2,4 --set rmsnorm.fwd.stages=2,3 --markdown "$OUT/tune_fwd_pipe.md" ;;
     anchors)

@@ -1,20 +1,23 @@
 /*
  * rmsnorm_fwd.cu: RMSNorm forward (and add_rmsnorm, whose residual add is fused in front).
  *
- * Three mappings of rows to the grid:
+ * Four mappings of rows to the grid:
  *   row        one CTA per row (grid = M); the CTA reduces the row's sum of squares;
  *   blockrow   256-thread CTAs holding 256/group rows, a warp or less per row, shuffles only;
  *   persistent grid = SMs x resident CTAs of rmsnorm.fwd.block threads striding over rows;
  *              the weight is read into registers once per CTA, and each thread keeps its
  *              packs of the next rmsnorm.fwd.stages - 1 rows in flight through cp.async into
- *              shared memory, so DRAM stays busy across every row's reduction.
- * A thread holds its `items` packs of the row in registers between the reduction and the
- * normalisation, so x is read once. For rows up to rmsnorm.fwd.early_weight_max_n the
- * one-row kernels load the weight with x (such grids are about one wave, so every CTA would
- * otherwise wait on the weight at once, after its reduction); wider rows stay lean (occupancy
- * hides their latency), stream x past L1 and read the weight there after the reduction.
- * Outputs go out through streaming stores (1-3% on an H200 at M = 4096, whether outputs
- * rotate or are shared across benchmark sets; -2% only at N = 1024 shared). With llama
+ *              shared memory, so DRAM stays busy across every row's reduction;
+ *   staged     one CTA per row, the whole row copied to shared memory through cp.async.
+ * In row, blockrow and persistent a thread holds its `items` packs of the row in registers
+ * between the reduction and the normalisation, so x is read once. For rows up to
+ * rmsnorm.fwd.early_weight_max_n the one-row kernels load the weight with x (such grids are
+ * about one wave, so every CTA would otherwise wait on the weight at once, after its
+ * reduction); wider rows stay lean, stream x past L1 and read the weight there after the
+ * reduction. From rmsnorm.fwd.reload_min_n columns they hold nothing: x is read twice, the
+ * second time from L1, which buys a fourth CTA per SM. Outputs go out through streaming
+ * stores (1-3% on an H200 at M = 4096, whether outputs rotate or are shared across
+ * benchmark sets; -2% only at N = 1024 shared), except the reload kernel's. With llama
  * casting and 16-bit weights of x's dtype, y is one packed multiply per two elements. Rows
  * wider than the block limits allow (or any row, with rmsnorm.fwd.items = 0) go to a looping
  * kernel that reads x twice (the second time mostly from L1 or L2). Packs are 16 bytes when
