@@ -24,7 +24,11 @@ for _, s in ipairs(shapes) do
         y:free(); r:free()
         runs = runs + 1
       end
-      if nl.supports("add_rmsnorm.fwd." .. v, {x = x, residual = res, w = w, y = dy, eps = 1e-6}) then
+      local h = dev:empty({M, N}, dtype)
+      local add_ok = nl.supports("add_rmsnorm.fwd." .. v,
+        {x = x, residual = res, w = w, y = dy, residual_out = h, eps = 1e-6})
+      h:free()
+      if add_ok then
         local y2, h, r2 = nl.add_rmsnorm(x, res, w, {variant = v})
         y2:free(); h:free(); r2:free()
         runs = runs + 1
