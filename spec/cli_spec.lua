@@ -288,6 +288,20 @@ describe("normlab.cli", function()
     assert.is_nil(o.batches)
   end)
 
+  it("leaves out a script's speedup pair when --variants leaves out one of its variants", function()
+    local report = require("normlab.report")
+    local r = report.new({{op = "rmsnorm", pass = "fwd", variant = "auto", M = 8, N = 8,
+      dtype = "fp32", status = "ok", ms = 1, gbps = 1}}, {device = "cpu"})
+    local out = os.tmpname()
+    local f = assert(io.open(out, "w"))
+    cli.emit(r, {variants = {"rmsnorm.fwd.auto"}}, {file = f, speedup = {"auto", "row"}})
+    f:close()
+    assert.truthy(read_file(out):find("rmsnorm.fwd on cpu", 1, true))
+    assert.falsy(read_file(out):find("auto/row", 1, true))
+    os.remove(out)
+    assert.has_error(function() r:text({speedup = {"auto", "row"}}) end)
+  end)
+
   it("emits the table and the files asked for", function()
     local report = require("normlab.report")
     local r = report.new({{op = "rmsnorm", pass = "fwd", variant = "row", M = 8, N = 8,

@@ -236,8 +236,23 @@ function cli.bench_opts(args, base)
 end
 
 -- Prints the result's table (print_opts go to r:print) and writes the files the command line
--- asked for, naming each on stderr. Returns r.
+-- asked for, naming each on stderr. A script's speedup pair is left out when --variants
+-- leaves out either of its variants. Returns r.
 function cli.emit(r, args, print_opts)
+  local sp = print_opts and print_opts.speedup
+  if sp and args.variants then
+    local asked = {}
+    for _, v in ipairs(args.variants) do asked[v:match("([^.]+)$")] = true end
+    local pairs_ = type(sp[1]) == "table" and sp or {sp}
+    local kept = {}
+    for _, pair in ipairs(pairs_) do
+      if asked[pair[1]] and asked[pair[2]] then kept[#kept + 1] = pair end
+    end
+    local o = {}
+    for k, v in pairs(print_opts) do o[k] = v end
+    o.speedup = #kept > 0 and kept or nil
+    print_opts = o
+  end
   r:print(print_opts)
   local function wrote(path) io.stderr:write("wrote ", path, "\n") end
   if args.csv then
