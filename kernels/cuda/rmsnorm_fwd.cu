@@ -94,10 +94,10 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
 }
 
 /* y for pack v of a row from its x (h for add_rmsnorm) pack p, the row's 1/rms r and the
- * weight of item i in wt, out through a streaming store (STREAM), st.global.wb (WB) or a plain
- * store. With llama casting and 16-bit weights of x's dtype and no offset, one packed
- * multiply per two elements. */
-template <bool STREAM, bool WB, typename T, int VEC, int ITEMS>
+ * weight of item i in wt, out through a streaming store (STREAM) or a plain one. With llama
+ * casting and 16-bit weights of x's dtype and no offset, one packed multiply per two
+ * elements. */
+template <bool STREAM, typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void store_y(const FwdArgs &a, int64_t row, int v, const Pack<T, VEC> &p,
                                         float r, const Weights<T, VEC, ITEMS> &wt, int i)
 {
@@ -110,7 +110,7 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, int64_t row, int v, co
 #pragma unroll
       for (int j = 0; j < VEC; j += 2)
         mul_rounded(o.v + j, f[j] * r, f[j + 1] * r, wp.v + j);
-      store<T, VEC, STREAM, WB>(a.y, row, a.sy, v, o);
+      store<T, VEC, STREAM, !STREAM>(a.y, row, a.sy, v, o);
       return;
     }
   }
@@ -120,7 +120,7 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, int64_t row, int v, co
   for (int j = 0; j < VEC; j++)
     o.v[j] = from_f<T>(
         rms_out<T>(f[j], r, a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j], a.cast));
-  store<T, VEC, STREAM, WB>(a.y, row, a.sy, v, o);
+  store<T, VEC, STREAM, !STREAM>(a.y, row, a.sy, v, o);
 }
 
 /* One row: residual add (add_rmsnorm: h = round(x + res) to res_out, which may be res
@@ -156,7 +156,7 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec)
-      store_y<YSTREAM, !YSTREAM>(a, row, v, xv[i], r, wt, i);
+      store_y<YSTREAM>(a, row, v, xv[i], r, wt, i);
   }
 }
 
@@ -223,8 +223,8 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec)
-      store_y<false, false>(a, row, v, load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)),
-                            r, wt, i);
+      store_y<false>(a, row, v, load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)), r, wt,
+                     i);
   }
 }
 
@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, STAGED_MIN_CTAS) rms_fwd_sta
   const Weights<T, VEC, 1> wt(a.w, a.wf32, a.offset, 0, 0, nvec, false);
 #pragma unroll 2
   for (int v = threadIdx.x; v < nvec; v += blockDim.x)
-    store_y<true, false>(a, row, v, xs[v], r, wt, 0);
+    store_y<true>(a, row, v, xs[v], r, wt, 0);
 }
 
 /* Rows wider than registers hold: the CTA loops over the row twice, the second time
@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
     if (threadIdx.x == 0 && a.rstd)
       a.rstd[row] = r;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x)
-      store_y<true, false>(a, row, v, load<T, VEC>(src, row, src_stride, v), r, wt, 0);
+      store_y<true>(a, row, v, load<T, VEC>(src, row, src_stride, v), r, wt, 0);
   }
 }
 
