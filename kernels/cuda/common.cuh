@@ -137,19 +137,14 @@ __device__ __forceinline__ Pack<T, VEC> load_l1(const Pack<T, VEC> *p)
 
 /* STREAM: a streaming store (st.global.cs, evict-first), so that an output's lines are
  * written back and dropped before the inputs' (a compile-time choice: a runtime one costs the
- * one-row kernels registers, 48 -> 56 at 2 packs, and a CTA per SM). WB: the default policy
- * spelled as an intrinsic (st.global.wb), which the compiler schedules as it does __stcs;
- * with a plain store the early-weight kernels spill at 64 registers. */
-template <typename T, int VEC, bool STREAM = false, bool WB = false>
+ * one-row kernels registers, 48 -> 56 at 2 packs, and a CTA per SM). */
+template <typename T, int VEC, bool STREAM = false>
 __device__ __forceinline__ void store(void *base, int64_t row, int64_t stride, int vec, const Pack<T, VEC> &p)
 {
   Pack<T, VEC> *d = reinterpret_cast<Pack<T, VEC> *>(static_cast<T *>(base) + row * stride) + vec;
   if constexpr (STREAM && (sizeof(p) == 16 || sizeof(p) == 8 || sizeof(p) == 4)) {
     using W = std::conditional_t<sizeof(p) == 16, uint4, std::conditional_t<sizeof(p) == 8, uint2, unsigned>>;
     __stcs(reinterpret_cast<W *>(d), *reinterpret_cast<const W *>(&p));
-  } else if constexpr (WB && (sizeof(p) == 16 || sizeof(p) == 8 || sizeof(p) == 4)) {
-    using W = std::conditional_t<sizeof(p) == 16, uint4, std::conditional_t<sizeof(p) == 8, uint2, unsigned>>;
-    __stwb(reinterpret_cast<W *>(d), *reinterpret_cast<const W *>(&p));
   } else {
     *d = p;
   }

@@ -110,7 +110,7 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, int64_t row, int v, co
 #pragma unroll
       for (int j = 0; j < VEC; j += 2)
         mul_rounded(o.v + j, f[j] * r, f[j + 1] * r, wp.v + j);
-      store<T, VEC, STREAM, !STREAM>(a.y, row, a.sy, v, o);
+      store<T, VEC, STREAM>(a.y, row, a.sy, v, o);
       return;
     }
   }
@@ -118,15 +118,14 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, int64_t row, int v, co
   wt.get(i, v, W);
 #pragma unroll
   for (int j = 0; j < VEC; j++)
-    o.v[j] = from_f<T>(
-        rms_out<T>(f[j], r, a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j], a.cast));
-  store<T, VEC, STREAM, !STREAM>(a.y, row, a.sy, v, o);
+    o.v[j] = from_f<T>(rms_out<T>(f[j], r, a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j], a.cast));
+  store<T, VEC, STREAM>(a.y, row, a.sy, v, o);
 }
 
 /* One row: residual add (add_rmsnorm: h = round(x + res) to res_out, which may be res
  * itself: this thread read the element before overwriting it), sum of squares, the group's
  * reduction (every thread of the CTA calls this the same number of times), y and rstd. */
-template <typename T, int VEC, int ITEMS, bool RES, bool YSTREAM = true>
+template <typename T, int VEC, int ITEMS, bool RES>
 __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool active, int lane,
                                         int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
                                         const Pack<T, VEC> (&rv)[ITEMS],
@@ -156,7 +155,7 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec)
-      store_y<YSTREAM>(a, row, v, xv[i], r, wt, i);
+      store_y<true>(a, row, v, xv[i], r, wt, i);
   }
 }
 
@@ -164,10 +163,8 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
  * reduction, from L1 (the CTAs of an SM share it; x streams past it), or with EARLY
  * (rmsnorm.fwd.early_weight_max_n, rmsnorm only: add_rmsnorm's residual packs leave no
  * registers for it) together with x, its latency hidden behind x's, and held in registers
- * across the reduction; x then loads with the default policy, 2-3% faster on an H200.
- * YSTREAM false: y through plain stores (blockrow's early kernels: +1.5% at N = 1024 on an
- * H200, where row's lose 3% with them). */
-template <typename T, int VEC, int ITEMS, bool RES, bool EARLY, bool YSTREAM = true>
+ * across the reduction; x then loads with the default policy, 2-3% faster on an H200. */
+template <typename T, int VEC, int ITEMS, bool RES, bool EARLY>
 __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS : FWD_LIMITS).ctas(ITEMS))
     rms_fwd_one(FwdArgs a)
 {
@@ -181,7 +178,7 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS :
   if (active)
     load_in<T, VEC, ITEMS, RES, !EARLY>(a, row, lane, G, nvec, xv, rv);
   Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, EARLY && active);
-  process<T, VEC, ITEMS, RES, YSTREAM>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
+  process<T, VEC, ITEMS, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
 }
 
 /* row and blockrow for rows from rmsnorm.fwd.reload_min_n (rmsnorm only): x is read twice
@@ -381,9 +378,8 @@ const void *kernel_for(const RowCfg &c, bool pipe, OneRow one)
       kp = (const void *)rms_fwd_pipe<T, VEC, IT, RES>;
     else if constexpr (!RES)
       kp = one == RELOAD ? (const void *)rms_fwd_reload<T, VEC, IT>
-           : one == LEAN ? (const void *)rms_fwd_one<T, VEC, IT, false, false>
-           : c.block > c.group ? (const void *)rms_fwd_one<T, VEC, IT, false, true, false>
-                               : (const void *)rms_fwd_one<T, VEC, IT, false, true>;
+           : one == EARLY ? (const void *)rms_fwd_one<T, VEC, IT, false, true>
+                          : (const void *)rms_fwd_one<T, VEC, IT, false, false>;
     else
       kp = (const void *)rms_fwd_one<T, VEC, IT, true, false>;
     return 0;
@@ -472,8 +468,7 @@ int launch(nlk_norm *k, Mapping m)
   return with_dtype(k->dt, [&](auto t) {
     using T = decltype(t);
     if (m == STAGED)
-      return pick_vec(k, sizeof(T)) == 1 ? launch_staged<T, 1>(k)
-                                         : launch_staged<T, 16 / sizeof(T)>(k);
+      return pick_vec(k, sizeof(T)) == 1 ? launch_staged<T, 1>(k) : launch_staged<T, 16 / sizeof(T)>(k);
     Plan p = make_plan<T>(k, m);
     if (m == BLOCKROW && p.c.items == 0)
       return (int)NLK_ERR_UNSUPPORTED;
