@@ -79,7 +79,8 @@ static int blockrow_fits(const nl_ctx *ctx, const nlk_norm *k, enum nl_setting_i
 
 /* auto forward: blockrow up to blockrow_max_n columns and blockrow_max_m rows (when a warp
  * holds the row), then persistent from persistent_min_m rows and persistent_min_n columns,
- * row otherwise (staged, measured against row, never led it by more than noise). */
+ * row otherwise. staged is not picked: it led row by 1.4% at most on an H200, never on an
+ * H100 (notes/perf-h200-2026-11-22c.md). */
 static const char *auto_fwd(const nl_ctx *ctx, const nlk_norm *k)
 {
   if (k->M <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_BLOCKROW_MAX_M) &&
