@@ -132,6 +132,15 @@ local ARG_KEYS = "x, residual, dy, dres, w, b, rstd, mean, y, residual_out, dx, 
   .. "offset, cast, reduce"
 
 -- Unknown keys are errors: a typo must not silently become a missing buffer.
+-- The first n elements of a C array as a Lua list of numbers.
+local function list(arr, n)
+  local t = {}
+  for i = 1, n do
+    t[i] = tonumber(arr[i - 1])
+  end
+  return t
+end
+
 local function toargs(t)
   if type(t) ~= "table" then
     util.failf("argument 'args' must be a table, got %s", type(t))
@@ -267,11 +276,7 @@ function Buffer.read(b, offset, count)
   end
   local tmp = ffi.new("double[?]", count + 1)
   check(C.nl_buf_read_f64(ctx, p, offset, count, tmp))
-  local t = {}
-  for i = 1, count do
-    t[i] = tmp[i - 1]
-  end
-  return t
+  return list(tmp, count)
 end
 
 function Buffer.write(b, offset, values)
@@ -339,11 +344,7 @@ function M.encode(dt, values)
     src[i - 1] = checknum(values[i], "values[" .. i .. "]")
   end
   C.nl_convert(C.NL_F64, src, dt, dst, n)
-  local out = {}
-  for i = 1, n do
-    out[i] = tonumber(dst[i - 1])
-  end
-  return out
+  return list(dst, n)
 end
 
 function M.decode(dt, bits)
@@ -358,11 +359,7 @@ function M.decode(dt, bits)
     src[i - 1] = b
   end
   C.nl_convert(dt, src, C.NL_F64, dst, n)
-  local out = {}
-  for i = 1, n do
-    out[i] = dst[i - 1]
-  end
-  return out
+  return list(dst, n)
 end
 
 function M.version()
