@@ -258,16 +258,8 @@ describe("CUDA rmsnorm #cuda", function()
   end)
 
   it_cuda("add_rmsnorm forward and backward, with the residual gradient", function()
-    for _, dtype in ipairs({"bf16", "fp32"}) do
-      for _, s in ipairs({{1, 7}, {37, 1023}, {199, 4096}, {7, 65536}, {4099, 512}}) do
-        for _, weight in ipairs({"x", "none"}) do
-          local p = problem(s[1], s[2], dtype, {weight = weight, add = true})
-          reference(p)
-          check_all(p)
-          release(p)
-        end
-      end
-    end
+    check_weight_grid({"bf16", "fp32"}, {{1, 7}, {37, 1023}, {199, 4096}, {7, 65536}, {4099, 512}},
+      {"x", "none"}, {"llama"}, function() return true end)
   end)
 
   it_cuda("add_rmsnorm in place: residual_out over residual", function()
