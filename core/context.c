@@ -92,7 +92,7 @@ nl_status nl_ctx_new(nl_device device, nl_ctx **out)
   }
   ctx->device = device;
   *out = ctx;
-  return NL_OK;
+  return nl__settings_for_device(ctx);
 }
 
 void nl__ctx_release(nl_ctx *ctx)
@@ -126,9 +126,10 @@ void nl_ctx_clear_error(nl_ctx *ctx)
 nl_status nl_ctx_set_device(nl_ctx *ctx, nl_device device)
 {
   nl_status st = nl__check_device(ctx, device);
-  if (st == NL_OK)
-    ctx->device = device;
-  return st;
+  if (st != NL_OK)
+    return st;
+  ctx->device = device;
+  return nl__settings_for_device(ctx);
 }
 
 nl_status nl_ctx_sync(nl_ctx *ctx, nl_device device)

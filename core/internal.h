@@ -21,8 +21,10 @@ enum nl_setting_id {
   NL_SET_BENCH_BATCH_MS,
   NL_SET_BENCH_BATCHES,
   NL_SET_BENCH_ROTATE_FACTOR,
+  NL_SET_CUDA_PDL,
   NL_SET_RMS_FWD_BLOCKROW_MAX_N,
   NL_SET_RMS_FWD_BLOCKROW_MAX_M,
+  NL_SET_RMS_FWD_BLOCKROW_BLOCK,
   NL_SET_RMS_FWD_PERSISTENT_MIN_M,
   NL_SET_RMS_FWD_PERSISTENT_MIN_N,
   NL_SET_RMS_FWD_ITEMS,
@@ -33,6 +35,7 @@ enum nl_setting_id {
   NL_SET_RMS_FWD_RELOAD_MIN_N,
   NL_SET_RMS_FWD_STAGED_ITEMS,
   NL_SET_RMS_BWD_BLOCKROW_MAX_N,
+  NL_SET_RMS_BWD_BLOCKROW_BLOCK,
   NL_SET_RMS_BWD_PARTIALS_MIN_M,
   NL_SET_RMS_BWD_PERSISTENT_MIN_M,
   NL_SET_RMS_BWD_ITEMS,
@@ -57,6 +60,9 @@ struct nl_ctx {
   nl_status sticky;               /* latched fatal CUDA error, NL_OK otherwise */
   char err[1024];
   double settings[NL_SET_COUNT];
+  double settings_def[NL_SET_COUNT];          /* defaults for the default device's model */
+  const char *settings_origin[NL_SET_COUNT];  /* "normlab" or the model whose table set it */
+  unsigned char settings_user[NL_SET_COUNT];  /* set through nl_set: kept across devices */
   uint64_t seed;
   volatile int interrupt;         /* set from signal handlers; cleared at the start of long calls */
   nl_ws ws_cpu;
@@ -94,6 +100,7 @@ double nl__now_ms(void);
 /* settings.c */
 double nl__setting(const nl_ctx *ctx, enum nl_setting_id id);
 void nl__settings_defaults(nl_ctx *ctx);
+nl_status nl__settings_for_device(nl_ctx *ctx);
 
 /* buffer.c */
 size_t nl__buf_row_bytes(const nl_buf *b);

@@ -351,6 +351,7 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
         return st;
       plan->k.sm_count = info.sm_count;
     }
+    plan->k.pdl = (int32_t)nl__setting(ctx, NL_SET_CUDA_PDL);
   }
   v = find(op, pass, strategy, backend);
   if (!v)

@@ -29,10 +29,14 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "timed batches; the median is reported"},
   [NL_SET_BENCH_ROTATE_FACTOR] = {"bench.rotate_factor", 4, 0, 64, 0,
     "rotate mode: the buffer sets cycled cover at least this many times the L2 (CPU: LLC)"},
+  [NL_SET_CUDA_PDL] = {"cuda.pdl", 0, 0, 1, 1,
+    "CUDA norm kernels: 1 launches them with programmatic dependent launch (sm_90), so each may start while the kernel before it in the stream drains, and waits for it before touching memory (the anchors do not)"},
   [NL_SET_RMS_FWD_BLOCKROW_MAX_N] = {"rmsnorm.fwd.blockrow_max_n", 1024, 0, 1 << 24, 1,
     "CUDA auto forward: blockrow (a warp or less per row) for N up to this and M up to blockrow_max_m (0: never)"},
   [NL_SET_RMS_FWD_BLOCKROW_MAX_M] = {"rmsnorm.fwd.blockrow_max_m", 4096, 1, 1e12, 1,
     "CUDA auto forward: blockrow for M up to this (and N up to blockrow_max_n); row above"},
+  [NL_SET_RMS_FWD_BLOCKROW_BLOCK] = {"rmsnorm.fwd.blockrow_block", 256, 32, 1024, 1,
+    "CUDA blockrow forward: threads per CTA, rounded up to a power of two and capped by the kernel's register budget (rows per CTA = this / threads per row)"},
   [NL_SET_RMS_FWD_PERSISTENT_MIN_M] = {"rmsnorm.fwd.persistent_min_m", 1e12, 1, 1e12, 1,
     "CUDA auto forward above blockrow_max_n: persistent from this many rows and persistent_min_n columns, row otherwise"},
   [NL_SET_RMS_FWD_PERSISTENT_MIN_N] = {"rmsnorm.fwd.persistent_min_n", 4096, 1, 1 << 24, 1,
@@ -53,6 +57,8 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA staged forward: 16-byte packs per thread (threads per CTA = the row's packs / this, 32 to 1024)"},
   [NL_SET_RMS_BWD_BLOCKROW_MAX_N] = {"rmsnorm.bwd.blockrow_max_n", 0, 0, 1 << 24, 1,
     "CUDA auto backward: blockrow for N up to this (0: never)"},
+  [NL_SET_RMS_BWD_BLOCKROW_BLOCK] = {"rmsnorm.bwd.blockrow_block", 256, 32, 1024, 1,
+    "CUDA blockrow backward: threads per CTA, rounded up to a power of two and capped by the kernel's register budget (one dW partial row per CTA)"},
   [NL_SET_RMS_BWD_PARTIALS_MIN_M] = {"rmsnorm.bwd.partials_min_m", 1, 1, 1e12, 1,
     "CUDA auto backward below persistent_min_m: partials from this many rows, row below"},
   [NL_SET_RMS_BWD_PERSISTENT_MIN_M] = {"rmsnorm.bwd.persistent_min_m", 4096, 1, 1e12, 1,
@@ -69,12 +75,68 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent backward: 1 reduces dW in the same kernel after a grid barrier, 0 launches the reduce kernel"},
 };
 
+/* Defaults that differ by GPU model, from the sweeps of tools/gpu.sh tune on each
+ * (notes/perf-h100-2026-11-22.md): an entry applies while the context's default device is
+ * a CUDA GPU whose name contains `model`. The defaults above are the H200's. */
+static const struct {
+  const char *model;
+  enum nl_setting_id id;
+  double value;
+} model_defs[] = {
+  {"H100", NL_SET_RMS_FWD_BLOCKROW_MAX_N, 2048},
+  {"H100", NL_SET_RMS_FWD_BLOCKROW_BLOCK, 128},
+  {"H100", NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N, 0},
+  {"H100", NL_SET_RMS_FWD_RELOAD_MIN_N, 0},
+};
+
+#define MODEL_DEFS ((int)(sizeof model_defs / sizeof model_defs[0]))
+
 double nl__setting(const nl_ctx *ctx, enum nl_setting_id id) { return ctx->settings[id]; }
 
-void nl__settings_defaults(nl_ctx *ctx)
+/* Takes the defaults of the GPU named `gpu` (NULL: none), leaving settings given with nl_set. */
+static void apply_defaults(nl_ctx *ctx, const char *gpu)
 {
+  for (int i = 0; i < NL_SET_COUNT; i++) {
+    ctx->settings_def[i] = defs[i].def;
+    ctx->settings_origin[i] = "normlab";
+  }
+  for (int j = 0; gpu && j < MODEL_DEFS; j++)
+    if (strstr(gpu, model_defs[j].model)) {
+      ctx->settings_def[model_defs[j].id] = model_defs[j].value;
+      ctx->settings_origin[model_defs[j].id] = model_defs[j].model;
+    }
   for (int i = 0; i < NL_SET_COUNT; i++)
-    ctx->settings[i] = defs[i].def;
+    if (!ctx->settings_user[i])
+      ctx->settings[i] = ctx->settings_def[i];
+}
+
+void nl__settings_defaults(nl_ctx *ctx) { apply_defaults(ctx, NULL); }
+
+/* After the default device changes: its model's defaults. */
+nl_status nl__settings_for_device(nl_ctx *ctx)
+{
+  nl_device_info info;
+  nl_status st;
+  if (ctx->device.backend != NL_CUDA) {
+    apply_defaults(ctx, NULL);
+    return NL_OK;
+  }
+  if ((st = nl_device_query(ctx, ctx->device, &info)) != NL_OK)
+    return st;
+  apply_defaults(ctx, info.name);
+  return NL_OK;
+}
+
+int32_t nl_model_default_count(void) { return MODEL_DEFS; }
+
+nl_status nl_model_default_describe(int32_t index, nl_model_default *out)
+{
+  if (!out || index < 0 || index >= MODEL_DEFS)
+    return NL_EINVAL;
+  out->model = model_defs[index].model;
+  out->key = defs[model_defs[index].id].key;
+  out->value = model_defs[index].value;
+  return NL_OK;
 }
 
 int32_t nl_setting_count(void) { return NL_SET_COUNT; }
@@ -86,7 +148,9 @@ nl_status nl_setting_describe(const nl_ctx *ctx, int32_t index, nl_setting_desc 
   out->key = defs[index].key;
   out->doc = defs[index].doc;
   out->value = ctx->settings[index];
-  out->def = defs[index].def;
+  out->def = ctx->settings_def[index];
+  out->builtin = defs[index].def;
+  out->origin = ctx->settings_origin[index];
   out->min = defs[index].min;
   out->max = defs[index].max;
   out->integer = defs[index].integer;
@@ -115,6 +179,7 @@ nl_status nl_set(nl_ctx *ctx, const char *key, double value)
   if (defs[i].integer && value != floor(value))
     return nl__err(ctx, NL_EINVAL, "setting '%s' takes an integer, got %g", key, value);
   ctx->settings[i] = value;
+  ctx->settings_user[i] = 1;
   return NL_OK;
 }
 

@@ -39,6 +39,7 @@ static void tune_fwd(const nl_ctx *ctx, nlk_norm *k)
 {
   k->items = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_ITEMS);
   k->block_pref = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_BLOCK);
+  k->rows_block = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_BLOCKROW_BLOCK);
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_CTAS_PER_SM);
   k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_STAGES);
   k->early_weight = k->N <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N);
@@ -67,6 +68,7 @@ static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
 {
   k->items = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_ITEMS);
   k->block_pref = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_BLOCK);
+  k->rows_block = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_BLOCKROW_BLOCK);
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_CTAS_PER_SM);
   k->fused_reduce = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_FUSED_REDUCE);
   k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_STAGES);
@@ -115,7 +117,7 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
    "rmsnorm.fwd.reload_min_n columns)",                                                            \
    LIMITS, DTYPES, 0, 0, rms_supports, NULL, nlk_cuda_rms_fwd_row, NULL, tune_fwd},                \
   {OPNAME ".fwd.blockrow", OP, NL_FWD, NL_CUDA, "blockrow",                                        \
-   "256-thread CTAs, a warp or less per row, shuffle reductions only", BR_LIMITS, DTYPES, 0, 0,    \
+   "a warp or less per row, rmsnorm.fwd.blockrow_block threads per CTA, shuffle reductions only", BR_LIMITS, DTYPES, 0, 0,    \
    blockrow_supports, NULL, nlk_cuda_rms_fwd_blockrow, NULL, tune_fwd},                            \
   {OPNAME ".fwd.persistent", OP, NL_FWD, NL_CUDA, "persistent",                                    \
    "grid = SMs x resident CTAs striding over rows, weight in registers once per CTA, the next "    \
@@ -134,7 +136,7 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
    LIMITS, DTYPES, NL_RED(NL_REDUCE_TEMP) | NL_RED(NL_REDUCE_ATOMIC), NL_REDUCE_TEMP,              \
    rms_supports, nlk_cuda_rms_bwd_row_ws, nlk_cuda_rms_bwd_row, NULL, tune_bwd},                   \
   {OPNAME ".bwd.blockrow", OP, NL_BWD, NL_CUDA, "blockrow",                                        \
-   "a warp or less per row, 256-thread CTAs; (CTAs x N) fp32 partials + reduce kernel",            \
+   "a warp or less per row, rmsnorm.bwd.blockrow_block threads per CTA; (CTAs x N) fp32 partials + reduce kernel",            \
    BR_LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, blockrow_supports,                               \
    nlk_cuda_rms_bwd_blockrow_ws, nlk_cuda_rms_bwd_blockrow, NULL, tune_bwd},                       \
   {OPNAME ".bwd.partials", OP, NL_BWD, NL_CUDA, "partials",                                        \

@@ -58,12 +58,14 @@ typedef struct nlk_norm {
   int32_t threads;  /* CPU worker threads */
   void *stream;     /* cudaStream_t */
   int32_t sm_count;
+  int32_t pdl;      /* CUDA: programmatic dependent launch of the norm kernels */
   void *sync;       /* CUDA: device words for grid barriers, zeroed once per context: word 0
                      * counts arrivals and must be left at zero, word 1 is a generation */
 
   /* tuning, set from the context's settings before supports/workspace/launch */
   int32_t items;          /* target 16-byte vectors per thread per row */
   int32_t block_pref;     /* persistent / partials: preferred threads per CTA */
+  int32_t rows_block;     /* blockrow: threads per CTA */
   int32_t ctas_per_sm;    /* persistent grids: CTAs per SM (0: as many as fit) */
   int32_t fused_reduce;   /* persistent backward: reduce dW partials in-kernel after a grid barrier */
   int32_t stages;         /* pipelined kernels (persistent, partials backward): rows each

@@ -30,7 +30,8 @@
  *   version(); cuda_compiled(); lib_prefix(s); last_failure() -> status, message of the
  *   latest error raised from a core status (so that a caller holding an error can tell
  *   whether it was that one); interrupt(); set_device(b, i); next_seed(); set_seed(s);
- *   sync(b, i); device_count(b); device_info(b, i); roofline(b, i); settings(); set(key, v);
+ *   sync(b, i); device_count(b); device_info(b, i); roofline(b, i); settings();
+ *   model_defaults(); set(key, v);
  *   get(key); variants(); buffer(b, i, dtype, shape, stride); is_buffer(v);
  *   compare(a, ref, atol, rtol); supports(name, args) -> true | false, reason;
  *   resolve(name, args); run(name, args); bench(name, args, opts); encode(dtype, values) ->
@@ -696,14 +697,33 @@ static int l_settings(lua_State *L)
   for (i = 0; i < n; i++) {
     nl_setting_desc s;
     check(L, c, nl_setting_describe(c->ctx, i, &s));
-    lua_createtable(L, 0, 7);
+    lua_createtable(L, 0, 9);
     setstr(L, "key", s.key);
     setstr(L, "doc", s.doc);
     setnum(L, "value", s.value);
     setnum(L, "def", s.def);
+    setnum(L, "builtin", s.builtin);
     setnum(L, "min", s.min);
     setnum(L, "max", s.max);
     setint(L, "integer", s.integer);
+    setstr(L, "origin", s.origin);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
+}
+
+static int l_model_defaults(lua_State *L)
+{
+  int32_t i, n = nl_model_default_count();
+  lua_createtable(L, n > 0 ? n : 0, 0);
+  for (i = 0; i < n; i++) {
+    nl_model_default m;
+    if (nl_model_default_describe(i, &m) != NL_OK)
+      return luaL_error(L, "normlab: model default %d out of range", (int)i);
+    lua_createtable(L, 0, 3);
+    setstr(L, "model", m.model);
+    setstr(L, "key", m.key);
+    setnum(L, "value", m.value);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
   return 1;
@@ -925,6 +945,7 @@ static const luaL_Reg module_funcs[] = {
   {"device_info", l_device_info},
   {"roofline", l_roofline},
   {"settings", l_settings},
+  {"model_defaults", l_model_defaults},
   {"set", l_set},
   {"get", l_get},
   {"variants", l_variants},

@@ -85,6 +85,46 @@ describe("settings", function()
     end
   end)
 
+  it("take the defaults of the default device's GPU model, except those given with nl.set",
+    function()
+      local core = require("normlab.binding")
+      local known, models = {}, nl.model_defaults()
+      for _, s in ipairs(nl.settings()) do
+        known[s.key] = s
+      end
+      assert.is_true(#models > 0)
+      for _, m in ipairs(models) do
+        assert.are.equal("string", type(m.model))
+        assert.is_truthy(known[m.key], m.key)
+        assert.is_true(known[m.key].min <= m.value and m.value <= known[m.key].max, m.key)
+      end
+      local function expect(gpu)
+        for _, s in ipairs(nl.settings()) do
+          local want, origin = s.builtin, "normlab"
+          for _, m in ipairs(models) do
+            if m.key == s.key and gpu and gpu:find(m.model, 1, true) then
+              want, origin = m.value, m.model
+            end
+          end
+          assert.are.equal(want, s.default, s.key)
+          assert.are.equal(origin, s.origin, s.key)
+        end
+      end
+      local d = nl.device()
+      expect(d.kind == "cuda" and d.info.name or nil)
+      -- nl.set's value survives a change of the default device; the others follow it.
+      local key = models[1].key
+      local before = nl.get(key)
+      nl.set(key, known[key].max)
+      core.set_device(cpu.backend, cpu.index)
+      expect(nil)
+      assert.are.equal(known[key].max, nl.get(key))
+      core.set_device(d.backend, d.index)
+      expect(d.kind == "cuda" and d.info.name or nil)
+      assert.are.equal(known[key].max, nl.get(key))
+      nl.set(key, before)
+    end)
+
   it("steer auto", function()
     local x, y = keep(cpu:randn({8, 16}), cpu:empty({8, 16}))
     local args = {x = x, y = y, eps = 1e-6}

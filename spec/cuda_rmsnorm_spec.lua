@@ -306,7 +306,9 @@ describe("CUDA rmsnorm #cuda", function()
             ["rmsnorm.fwd.early_weight_max_n"] = (items + block + 1) % 2 * 2 ^ 24,
             ["rmsnorm.fwd.staged_items"] = block == 1024 and 64 or items,
             ["rmsnorm.fwd.reload_min_n"] = (items + block / 32) % 2,
-            ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2}, function()
+            ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2,
+            ["rmsnorm.fwd.blockrow_block"] = block, ["rmsnorm.bwd.blockrow_block"] = 1024 / block * 32,
+            ["cuda.pdl"] = (items + block / 32) % 2}, function()
             check_all(p)
           end)
         end

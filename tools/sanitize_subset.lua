@@ -6,55 +6,60 @@
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
 local nl = require("normlab")
 local dev = nl.device("cuda")
-local shapes = {{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 40000}}
+-- Every shape, then two of them again with programmatic dependent launch (cuda.pdl).
+local passes = {{pdl = 0, shapes = {{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 40000}}},
+  {pdl = 1, shapes = {{37, 1024}, {9, 4096}}}}
 local runs = 0
-for _, s in ipairs(shapes) do
-  local M, N = s[1], s[2]
-  -- bf16 with weights of its own dtype (held in registers by the pipelined kernels) and
-  -- with fp32 weights (read from L1), fp32 with fp32 weights
-  for _, case in ipairs({{"bf16", "bf16"}, {"bf16", "fp32"}, {"fp32", "fp32"}}) do
-    local dtype = case[1]
-    local x = dev:randn({M, N}, dtype, {seed = 1})
-    local res = dev:randn({M, N}, dtype, {seed = 2})
-    local dy = dev:randn({M, N}, dtype, {seed = 3})
-    local w = dev:randn({N}, case[2], {seed = 4, mean = 1, std = 0.1})
-    for _, v in ipairs({"row", "blockrow", "persistent", "staged"}) do
-      if nl.supports("rmsnorm.fwd." .. v, {x = x, w = w, y = dy, eps = 1e-6}) then
-        local y, r = nl.rmsnorm(x, w, {variant = v})
-        y:free(); r:free()
-        runs = runs + 1
-      end
-      local h = dev:empty({M, N}, dtype)
-      local add_ok = nl.supports("add_rmsnorm.fwd." .. v,
-        {x = x, residual = res, w = w, y = dy, residual_out = h, eps = 1e-6})
-      h:free()
-      if add_ok then
-        local y2, h, r2 = nl.add_rmsnorm(x, res, w, {variant = v})
-        y2:free(); h:free(); r2:free()
-        runs = runs + 1
-      end
-    end
-    local _, rstd = nl.rmsnorm(x, w, {variant = "row"})
-    for _, v in ipairs({"row", "blockrow", "partials", "persistent"}) do
-      for _, reduce in ipairs({"default", "atomic"}) do
-        local args = {dy = dy, x = x, w = w, rstd = rstd, dx = res, dw = w:to(dev), reduce = reduce}
-        if nl.supports("rmsnorm.bwd." .. v, args) then
-          local dx, dw = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = v, reduce = reduce})
-          local dx2, dw2 = nl.add_rmsnorm_bwd(dy, x, w, rstd, {variant = v, reduce = reduce, dres = res})
-          dx:free(); dw:free(); dx2:free(); dw2:free()
-          runs = runs + 2
+for _, pass in ipairs(passes) do
+  nl.set("cuda.pdl", pass.pdl)
+  for _, s in ipairs(pass.shapes) do
+    local M, N = s[1], s[2]
+    -- bf16 with weights of its own dtype (held in registers by the pipelined kernels) and
+    -- with fp32 weights (read from L1), fp32 with fp32 weights
+    for _, case in ipairs({{"bf16", "bf16"}, {"bf16", "fp32"}, {"fp32", "fp32"}}) do
+      local dtype = case[1]
+      local x = dev:randn({M, N}, dtype, {seed = 1})
+      local res = dev:randn({M, N}, dtype, {seed = 2})
+      local dy = dev:randn({M, N}, dtype, {seed = 3})
+      local w = dev:randn({N}, case[2], {seed = 4, mean = 1, std = 0.1})
+      for _, v in ipairs({"row", "blockrow", "persistent", "staged"}) do
+        if nl.supports("rmsnorm.fwd." .. v, {x = x, w = w, y = dy, eps = 1e-6}) then
+          local y, r = nl.rmsnorm(x, w, {variant = v})
+          y:free(); r:free()
+          runs = runs + 1
         end
-        args.dw:free()
+        local h = dev:empty({M, N}, dtype)
+        local add_ok = nl.supports("add_rmsnorm.fwd." .. v,
+          {x = x, residual = res, w = w, y = dy, residual_out = h, eps = 1e-6})
+        h:free()
+        if add_ok then
+          local y2, h, r2 = nl.add_rmsnorm(x, res, w, {variant = v})
+          y2:free(); h:free(); r2:free()
+          runs = runs + 1
+        end
       end
+      local _, rstd = nl.rmsnorm(x, w, {variant = "row"})
+      for _, v in ipairs({"row", "blockrow", "partials", "persistent"}) do
+        for _, reduce in ipairs({"default", "atomic"}) do
+          local args = {dy = dy, x = x, w = w, rstd = rstd, dx = res, dw = w:to(dev), reduce = reduce}
+          if nl.supports("rmsnorm.bwd." .. v, args) then
+            local dx, dw = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = v, reduce = reduce})
+            local dx2, dw2 = nl.add_rmsnorm_bwd(dy, x, w, rstd, {variant = v, reduce = reduce, dres = res})
+            dx:free(); dw:free(); dx2:free(); dw2:free()
+            runs = runs + 2
+          end
+          args.dw:free()
+        end
+      end
+      local dyc = dy:to(dev)
+      local _, dw = nl.rmsnorm_bwd(dyc, x, w, rstd, {variant = "persistent", inplace = true})
+      nl.set("rmsnorm.bwd.fused_reduce", 1)
+      local dx3, dw3 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "persistent"})
+      nl.set("rmsnorm.bwd.fused_reduce", 0)
+      dev:sync()
+      for _, b in ipairs({dyc, dw, dx3, dw3, rstd, x, res, dy, w}) do b:free() end
+      runs = runs + 2
     end
-    local dyc = dy:to(dev)
-    local _, dw = nl.rmsnorm_bwd(dyc, x, w, rstd, {variant = "persistent", inplace = true})
-    nl.set("rmsnorm.bwd.fused_reduce", 1)
-    local dx3, dw3 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "persistent"})
-    nl.set("rmsnorm.bwd.fused_reduce", 0)
-    dev:sync()
-    for _, b in ipairs({dyc, dw, dx3, dw3, rstd, x, res, dy, w}) do b:free() end
-    runs = runs + 2
   end
 end
 print(string.format("sanitize subset: %d launches of CUDA variants completed", runs))

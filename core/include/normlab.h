@@ -212,11 +212,22 @@ typedef struct nl_setting_desc {
   const char *key;
   const char *doc;
   double value;           /* current value on the context */
-  double def;
+  double def;             /* the default on the context's default device */
+  double builtin;         /* normlab's default, before any GPU model's table */
   double min;
   double max;
   int32_t integer;        /* 1 when only integers are accepted */
+  const char *origin;     /* where def comes from: "normlab", or the GPU model whose table
+                           * (nl_model_default_describe) set it for the default device */
 } nl_setting_desc;
+
+/* A setting's default on one GPU model: it applies while the context's default device is a
+ * CUDA GPU whose name contains `model`, unless the setting was given with nl_set. */
+typedef struct nl_model_default {
+  const char *model;
+  const char *key;
+  double value;
+} nl_model_default;
 
 /* Library */
 const char *nl_version(void);
@@ -245,6 +256,8 @@ int32_t nl_setting_count(void);
 nl_status nl_setting_describe(const nl_ctx *ctx, int32_t index, nl_setting_desc *out);
 nl_status nl_set(nl_ctx *ctx, const char *key, double value);
 nl_status nl_get(nl_ctx *ctx, const char *key, double *value);
+int32_t nl_model_default_count(void);
+nl_status nl_model_default_describe(int32_t index, nl_model_default *out);
 
 /* Buffers. shape has ndim (1 or 2) entries; stride 0 means dense (= cols). */
 nl_status nl_buf_new(nl_ctx *ctx, nl_device device, int32_t dtype, int32_t ndim,

@@ -431,7 +431,7 @@ __host__ inline int pick_vec(const nlk_norm *k, int elt)
   return vec;
 }
 
-enum { BLOCKROW_BLOCK = 256, MAX_ITEMS = 8, LOOP_BLOCK = 512 };
+enum { MAX_ITEMS = 8, LOOP_BLOCK = 512 };
 
 /* The largest block a kernel holding `items` packs per thread may run with, and the CTAs of
  * that size it must fit per SM (1 when not given): together the register budget per thread
@@ -456,7 +456,7 @@ struct BlockLimits {
 
 enum RowMode {
   CTA_ROWS,   /* `row`: one row per CTA */
-  WARP_ROWS,  /* `blockrow`: a warp or less per row, BLOCKROW_BLOCK threads */
+  WARP_ROWS,  /* `blockrow`: a warp or less per row, k->rows_block threads */
   MANY_ROWS   /* persistent / partials: as many rows per CTA as the preferred block holds */
 };
 
@@ -483,7 +483,9 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int elt, RowMode mode, BlockLi
     if (mode == WARP_ROWS) {
       if (group > 32 || limits(items) < group)
         continue;
-      c.block = BLOCKROW_BLOCK < limits(items) ? BLOCKROW_BLOCK : limits(items);
+      c.block = pow2ceil(k->rows_block < 32 ? 32 : k->rows_block);
+      if (c.block > limits(items))
+        c.block = limits(items);
       return c;
     }
     if (mode == CTA_ROWS) {
@@ -542,6 +544,39 @@ __host__ inline int cuda_result(nlk_norm *k, cudaError_t e)
     return NLK_OK;
   k->cuda_error = (int)e;
   return NLK_ERR_CUDA;
+}
+
+/* Programmatic dependent launch (k->pdl): a kernel so launched may be running while the one
+ * before it in the stream drains, so it must wait (griddepcontrol.wait) before it reads or
+ * writes global memory; it then lets the next one launch at once, whose CTAs take the SM
+ * slots this grid leaves. Every kernel that launch_norm starts calls this first with k->pdl.
+ * The wait is skipped in a normal launch: it costs every CTA even there (15% on an H200 for
+ * the 32768 64-thread CTAs of row at 32768 x 1024). Absent before sm_90. */
+__device__ __forceinline__ void pdl_begin(int on)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (on) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
+#endif
+}
+
+/* Launches a norm kernel (whose first statement is pdl_begin()) on k's stream. */
+__host__ inline int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block,
+                                size_t smem, void **args)
+{
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)grid);
+  cfg.blockDim = dim3((unsigned)block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = (cudaStream_t)k->stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = k->pdl ? 1 : 0;
+  return cuda_result(k, cudaLaunchKernelExC(&cfg, kernel, args));
 }
 
 /* Lets a kernel take more than the default 48 KB of shared memory, static arrays (at most

@@ -5,7 +5,8 @@
  * The strategies differ in how rows map to CTAs and how dW is reduced:
  *   row        one CTA per row; each row's dW contribution goes to an M x N fp32 temp, then
  *              a column-reduce kernel (the old design: 8MN extra bytes of traffic);
- *   blockrow   256-thread CTAs of a warp (or less) per row; (CTAs x N) fp32 partials + reduce;
+ *   blockrow   CTAs of rmsnorm.bwd.blockrow_block threads (256), a warp (or less) per row;
+ *              (CTAs x N) fp32 partials + reduce;
  *   partials   grid = SM count, each CTA a contiguous chunk of rows; (SMs x N) partials +
  *              reduce kernel;
  *   persistent grid = SMs x resident CTAs of rmsnorm.bwd.block threads striding over rows;
@@ -34,7 +35,7 @@ struct BwdArgs {
   unsigned int *sync;
   int64_t sx, sdy, sdres, sdx;
   int64_t M, chunk; /* chunk > 0: CTA b owns rows [b*chunk, (b+1)*chunk) */
-  int N, group, wf32, cast, fused, dw_f32, stages;
+  int N, group, wf32, cast, fused, dw_f32, stages, pdl;
   int acc_smem;     /* looping kernel: dW accumulates in shared memory (N floats) */
   float offset;
 };
@@ -212,6 +213,7 @@ __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS
 template <typename T, int VEC, int ITEMS, int FL>
 __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
 {
+  pdl_begin(a.pdl);
   const Group g(a.group);
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
   const int64_t row = (int64_t)blockIdx.x * g.per_cta + g.idx;
@@ -262,6 +264,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
 template <typename T, int VEC, int ITEMS>
 __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs a)
 {
+  pdl_begin(a.pdl);
   using P = Pack<T, VEC>;
   const Group g(a.group);
   const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = a.N / VEC, S = a.stages;
@@ -352,6 +355,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
 {
+  pdl_begin(a.pdl);
   const int nvec = a.N / VEC;
   const float inv_n = 1.f / (float)a.N;
   __shared__ float red[2][32];
@@ -581,7 +585,7 @@ int launch_t(nlk_norm *k, Mapping m)
                p.partial_rows ? ws : NULL, NULL, (unsigned int *)k->sync,
                k->sx, k->sdy, k->sdres, k->sdx, k->M, p.chunk,
                (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.fused, k->wdt == NLK_F32,
-               p.stages, p.acc_smem, k->offset};
+               p.stages, k->pdl && !p.fused, p.acc_smem, k->offset};
   if (dw && atomic) {
     a.accum = p.accum_in_ws ? ws : (float *)k->dw;
     rc = cuda_result(k, cudaMemsetAsync(a.accum, 0, (size_t)k->N * sizeof(float), s));
@@ -595,8 +599,7 @@ int launch_t(nlk_norm *k, Mapping m)
     rc = cuda_result(k, cudaLaunchCooperativeKernel(p.kernel, dim3((unsigned)p.c.grid),
                                                     dim3(p.c.block), args, p.smem, s));
   else
-    rc = cuda_result(k, cudaLaunchKernel(p.kernel, dim3((unsigned)p.c.grid), dim3(p.c.block),
-                                         args, p.smem, s));
+    rc = launch_norm(k, p.kernel, p.c.grid, p.c.block, p.smem, args);
   if (rc != NLK_OK || !dw)
     return rc;
   if (p.partial_rows && !p.fused) {

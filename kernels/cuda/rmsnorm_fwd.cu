@@ -3,7 +3,8 @@
  *
  * Four mappings of rows to the grid:
  *   row        one CTA per row (grid = M); the CTA reduces the row's sum of squares;
- *   blockrow   256-thread CTAs holding 256/group rows, a warp or less per row, shuffles only;
+ *   blockrow   CTAs of rmsnorm.fwd.blockrow_block threads (256), a warp or less per row,
+ *              shuffles only;
  *   persistent grid = SMs x resident CTAs of rmsnorm.fwd.block threads striding over rows;
  *              the weight is read into registers once per CTA, and each thread keeps its
  *              packs of the next rmsnorm.fwd.stages - 1 rows in flight through cp.async into
@@ -34,7 +35,7 @@ struct FwdArgs {
   float *rstd;
   int64_t sx, sres, sy, sres_out;
   int64_t M;
-  int N, group, wf32, cast, stages;
+  int N, group, wf32, cast, stages, pdl;
   float offset, eps;
 };
 
@@ -168,6 +169,7 @@ template <typename T, int VEC, int ITEMS, bool RES, bool EARLY>
 __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS : FWD_LIMITS).ctas(ITEMS))
     rms_fwd_one(FwdArgs a)
 {
+  pdl_begin(a.pdl);
   const Group g(a.group);
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
   const int64_t row = (int64_t)blockIdx.x * g.per_cta + g.idx;
@@ -191,6 +193,7 @@ template <typename T, int VEC, int ITEMS>
 __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ctas(ITEMS))
     rms_fwd_reload(FwdArgs a)
 {
+  pdl_begin(a.pdl);
   const Group g(a.group);
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
   const int64_t row = (int64_t)blockIdx.x * g.per_cta + g.idx;
@@ -232,6 +235,7 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
 template <typename T, int VEC, int ITEMS, bool RES>
 __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(ITEMS)) rms_fwd_pipe(FwdArgs a)
 {
+  pdl_begin(a.pdl);
   using P = Pack<T, VEC>;
   const Group g(a.group);
   const int G = g.G, grp = g.idx, lane = g.lane, nvec = a.N / VEC, S = a.stages;
@@ -289,6 +293,7 @@ __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(I
 template <typename T, int VEC, bool RES>
 __global__ void __launch_bounds__(STAGED_MAX_BLOCK, STAGED_MIN_CTAS) rms_fwd_staged(FwdArgs a)
 {
+  pdl_begin(a.pdl);
   using P = Pack<T, VEC>;
   const int nvec = a.N / VEC;
   const int64_t row = blockIdx.x;
@@ -325,6 +330,7 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, STAGED_MIN_CTAS) rms_fwd_sta
 template <typename T, int VEC>
 __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
 {
+  pdl_begin(a.pdl);
   const int nvec = a.N / VEC;
   const float inv_n = 1.f / (float)a.N;
   const Weights<T, VEC, 1> wt(a.w, a.wf32, a.offset, 0, 0, nvec, false);
@@ -351,6 +357,13 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
 }
 
 enum Mapping { ROW, BLOCKROW, PERSISTENT, STAGED };
+
+FwdArgs fwd_args(const nlk_norm *k, int group, int stages)
+{
+  return FwdArgs{k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy,
+                 k->sres_out, k->M, (int)k->N, group, k->wdt == NLK_F32, k->cast, stages, k->pdl,
+                 k->offset, k->eps};
+}
 
 /* Everything a launch decides before it starts. */
 /* The one-row kernels: x held in registers across the reduction with the weight read after
@@ -419,8 +432,7 @@ Plan make_plan(const nlk_norm *k, Mapping m)
 template <typename T, int VEC>
 int launch_vec(nlk_norm *k, Plan &p)
 {
-  FwdArgs a = {k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy, k->sres_out,
-               k->M, (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.stages, k->offset, k->eps};
+  FwdArgs a = fwd_args(k, p.c.group, p.stages);
   p.kernel = k->res ? kernel_for<T, VEC, true>(p.c, p.pipe, p.one)
                     : kernel_for<T, VEC, false>(p.c, p.pipe, p.one);
   if (allow_smem(p.kernel, p.smem) != cudaSuccess)
@@ -436,8 +448,7 @@ int launch_vec(nlk_norm *k, Plan &p)
   k->grid = (int32_t)grid;
   k->block = p.c.block;
   void *args[] = {&a};
-  return cuda_result(k, cudaLaunchKernel(p.kernel, dim3((unsigned)grid), dim3(p.c.block), args,
-                                         p.smem, (cudaStream_t)k->stream));
+  return launch_norm(k, p.kernel, grid, p.c.block, p.smem, args);
 }
 
 /* staged: block = the threads that give each about k->items packs of the row (32 to 1024),
@@ -445,8 +456,7 @@ int launch_vec(nlk_norm *k, Plan &p)
 template <typename T, int VEC>
 int launch_staged(nlk_norm *k)
 {
-  FwdArgs a = {k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy, k->sres_out,
-               k->M, (int)k->N, 0, k->wdt == NLK_F32, k->cast, 0, k->offset, k->eps};
+  FwdArgs a = fwd_args(k, 0, 0);
   const int items = k->items < 1 ? 1 : k->items;
   const int64_t nvec = k->N / VEC;
   int block = pow2ceil((nvec + items - 1) / items);
@@ -459,8 +469,7 @@ int launch_staged(nlk_norm *k)
   k->grid = (int32_t)k->M;
   k->block = block;
   void *args[] = {&a};
-  return cuda_result(k, cudaLaunchKernel(kernel, dim3((unsigned)k->M), dim3(block), args, smem,
-                                         (cudaStream_t)k->stream));
+  return launch_norm(k, kernel, k->M, block, smem, args);
 }
 
 int launch(nlk_norm *k, Mapping m)

@@ -26,10 +26,11 @@ function catalog.variant_line(v)
 end
 
 function catalog.setting_line(s)
-  return string.format("| `%s` | %.10g | %s |", s.key, s.default, cell(s.doc))
+  return string.format("| `%s` | %.10g | %s |", s.key, s.builtin, cell(s.doc))
 end
 
--- The whole catalog: variants, then settings, as markdown text.
+-- The whole catalog: variants, then settings with normlab's defaults, then the defaults that
+-- differ by GPU model, as markdown text.
 function catalog.markdown()
   local out = {"| variant | backend | dW reduction (default first) | strategy | limits |",
     "|---|---|---|---|---|"}
@@ -41,6 +42,12 @@ function catalog.markdown()
   out[#out + 1] = "|---|---|---|"
   for _, s in ipairs(settings.list()) do
     out[#out + 1] = catalog.setting_line(s)
+  end
+  out[#out + 1] = ""
+  out[#out + 1] = "| GPU model | setting | its default there |"
+  out[#out + 1] = "|---|---|---|"
+  for _, m in ipairs(settings.model_defaults()) do
+    out[#out + 1] = string.format("| %s | `%s` | %.10g |", m.model, m.key, m.value)
   end
   return table.concat(out, "\n") .. "\n"
 end

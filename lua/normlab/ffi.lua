@@ -431,8 +431,17 @@ function M.settings()
   local list, s = {}, ffi.new("nl_setting_desc")
   for i = 0, C.nl_setting_count() - 1 do
     check(C.nl_setting_describe(ctx, i, s))
-    list[i + 1] = {key = str(s.key), doc = str(s.doc), value = s.value, def = s.def, min = s.min,
-      max = s.max, integer = s.integer}
+    list[i + 1] = {key = str(s.key), doc = str(s.doc), value = s.value, def = s.def,
+      builtin = s.builtin, min = s.min, max = s.max, integer = s.integer, origin = str(s.origin)}
+  end
+  return list
+end
+
+function M.model_defaults()
+  local list, m = {}, ffi.new("nl_model_default")
+  for i = 0, C.nl_model_default_count() - 1 do
+    check(C.nl_model_default_describe(i, m))
+    list[i + 1] = {model = str(m.model), key = str(m.key), value = m.value}
   end
   return list
 end

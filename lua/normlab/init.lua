@@ -35,6 +35,7 @@ local nl = {
   catalog = require("normlab.catalog").markdown,
 
   settings = settings.list,
+  model_defaults = settings.model_defaults,
   set = settings.set,
   get = settings.get,
 

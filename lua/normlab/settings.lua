@@ -15,7 +15,22 @@ function M.list()
   for i, s in ipairs(core.settings()) do
     local int = s.integer ~= 0
     list[i] = {key = s.key, value = value_of(s.value, int), default = value_of(s.def, int),
-      min = value_of(s.min, int), max = value_of(s.max, int), integer = int, doc = s.doc}
+      origin = s.origin, builtin = value_of(s.builtin, int), min = value_of(s.min, int),
+      max = value_of(s.max, int), integer = int, doc = s.doc}
+  end
+  return list
+end
+
+-- The defaults that differ by GPU model ({model =, key =, value =}, in the core's order): they
+-- apply while the default device is a GPU whose name contains the model, unless nl.set gave
+-- the setting a value.
+function M.model_defaults()
+  local list, ints = {}, {}
+  for _, s in ipairs(M.list()) do
+    ints[s.key] = s.integer
+  end
+  for i, m in ipairs(core.model_defaults()) do
+    list[i] = {model = m.model, key = m.key, value = value_of(m.value, ints[m.key])}
   end
   return list
 end
