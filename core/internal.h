@@ -59,10 +59,11 @@ struct nl_ctx {
   nl_device device;               /* default device */
   nl_status sticky;               /* latched fatal CUDA error, NL_OK otherwise */
   char err[1024];
-  double settings[NL_SET_COUNT];
-  double settings_def[NL_SET_COUNT];          /* defaults for the default device's model */
-  const char *settings_origin[NL_SET_COUNT];  /* "normlab" or the model whose table set it */
-  unsigned char settings_user[NL_SET_COUNT];  /* set through nl_set: kept across devices */
+  double settings[NL_SET_COUNT];              /* values given with nl_set */
+  unsigned char settings_user[NL_SET_COUNT];  /* which settings nl_set gave; the others take
+                                               * the defaults of the GPU model in use */
+  char device_gpu[128];           /* the default device's name, "" for the CPU */
+  char plan_gpu[128];             /* while nl__plan runs a CUDA plan: its GPU's name */
   uint64_t seed;
   volatile int interrupt;         /* set from signal handlers; cleared at the start of long calls */
   nl_ws ws_cpu;
@@ -101,6 +102,7 @@ double nl__now_ms(void);
 double nl__setting(const nl_ctx *ctx, enum nl_setting_id id);
 void nl__settings_defaults(nl_ctx *ctx);
 nl_status nl__settings_for_device(nl_ctx *ctx);
+void nl__settings_for_plan(nl_ctx *ctx, const char *gpu);
 
 /* buffer.c */
 size_t nl__buf_row_bytes(const nl_buf *b);

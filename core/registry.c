@@ -317,7 +317,20 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
   return NL_OK;
 }
 
+static nl_status make_plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args,
+                           nl_plan *plan);
+
+/* The resolvers and tuning hooks read the settings with the defaults of the plan's GPU. */
 nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, nl_plan *plan)
+{
+  nl_status st = make_plan(ctx, variant, args, plan);
+  if (ctx)
+    nl__settings_for_plan(ctx, NULL);
+  return st;
+}
+
+static nl_status make_plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args,
+                           nl_plan *plan)
 {
   char strategy[48], why[256], list[256];
   const nl_variant *v;
@@ -350,6 +363,7 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
       if ((st = nl_device_query(ctx, plan->device, &info)) != NL_OK)
         return st;
       plan->k.sm_count = info.sm_count;
+      nl__settings_for_plan(ctx, info.name);
     }
     plan->k.pdl = (int32_t)nl__setting(ctx, NL_SET_CUDA_PDL);
   }

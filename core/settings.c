@@ -5,6 +5,7 @@
  * The rmsnorm.* settings also drive add_rmsnorm, which shares its kernels.
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -91,40 +92,55 @@ static const struct {
 
 #define MODEL_DEFS ((int)(sizeof model_defs / sizeof model_defs[0]))
 
-double nl__setting(const nl_ctx *ctx, enum nl_setting_id id) { return ctx->settings[id]; }
-
-/* Takes the defaults of the GPU named `gpu` (NULL: none), leaving settings given with nl_set. */
-static void apply_defaults(nl_ctx *ctx, const char *gpu)
+/* The default of setting id on the GPU named gpu (NULL or "": not a GPU), and where it comes
+ * from. */
+static double default_for(const char *gpu, int id, const char **origin)
 {
-  for (int i = 0; i < NL_SET_COUNT; i++) {
-    ctx->settings_def[i] = defs[i].def;
-    ctx->settings_origin[i] = "normlab";
-  }
-  for (int j = 0; gpu && j < MODEL_DEFS; j++)
-    if (strstr(gpu, model_defs[j].model)) {
-      ctx->settings_def[model_defs[j].id] = model_defs[j].value;
-      ctx->settings_origin[model_defs[j].id] = model_defs[j].model;
+  for (int j = 0; gpu && gpu[0] && j < MODEL_DEFS; j++)
+    if ((int)model_defs[j].id == id && strstr(gpu, model_defs[j].model)) {
+      *origin = model_defs[j].model;
+      return model_defs[j].value;
     }
-  for (int i = 0; i < NL_SET_COUNT; i++)
-    if (!ctx->settings_user[i])
-      ctx->settings[i] = ctx->settings_def[i];
+  *origin = "normlab";
+  return defs[id].def;
 }
 
-void nl__settings_defaults(nl_ctx *ctx) { apply_defaults(ctx, NULL); }
+/* While a launch is planned, its GPU's defaults; otherwise the default device's. */
+double nl__setting(const nl_ctx *ctx, enum nl_setting_id id)
+{
+  const char *origin;
+  if (ctx->settings_user[id])
+    return ctx->settings[id];
+  return default_for(ctx->plan_gpu[0] ? ctx->plan_gpu : ctx->device_gpu, id, &origin);
+}
 
-/* After the default device changes: its model's defaults. */
-nl_status nl__settings_for_device(nl_ctx *ctx)
+static nl_status gpu_name(nl_ctx *ctx, nl_device d, char *buf, size_t cap)
 {
   nl_device_info info;
   nl_status st;
-  if (ctx->device.backend != NL_CUDA) {
-    apply_defaults(ctx, NULL);
+  buf[0] = '\0';
+  if (d.backend != NL_CUDA)
     return NL_OK;
-  }
-  if ((st = nl_device_query(ctx, ctx->device, &info)) != NL_OK)
+  if ((st = nl_device_query(ctx, d, &info)) != NL_OK)
     return st;
-  apply_defaults(ctx, info.name);
+  snprintf(buf, cap, "%s", info.name);
   return NL_OK;
+}
+
+void nl__settings_defaults(nl_ctx *ctx)
+{
+  memset(ctx->settings_user, 0, sizeof ctx->settings_user);
+  ctx->device_gpu[0] = ctx->plan_gpu[0] = '\0';
+}
+
+nl_status nl__settings_for_device(nl_ctx *ctx)
+{
+  return gpu_name(ctx, ctx->device, ctx->device_gpu, sizeof ctx->device_gpu);
+}
+
+void nl__settings_for_plan(nl_ctx *ctx, const char *gpu)
+{
+  snprintf(ctx->plan_gpu, sizeof ctx->plan_gpu, "%s", gpu ? gpu : "");
 }
 
 int32_t nl_model_default_count(void) { return MODEL_DEFS; }
@@ -141,19 +157,35 @@ nl_status nl_model_default_describe(int32_t index, nl_model_default *out)
 
 int32_t nl_setting_count(void) { return NL_SET_COUNT; }
 
+static void describe(const nl_ctx *ctx, const char *gpu, int32_t index, nl_setting_desc *out)
+{
+  out->key = defs[index].key;
+  out->doc = defs[index].doc;
+  out->def = default_for(gpu, index, &out->origin);
+  out->value = ctx->settings_user[index] ? ctx->settings[index] : out->def;
+  out->builtin = defs[index].def;
+  out->min = defs[index].min;
+  out->max = defs[index].max;
+  out->integer = defs[index].integer;
+}
+
 nl_status nl_setting_describe(const nl_ctx *ctx, int32_t index, nl_setting_desc *out)
 {
   if (!ctx || !out || index < 0 || index >= NL_SET_COUNT)
     return NL_EINVAL;
-  out->key = defs[index].key;
-  out->doc = defs[index].doc;
-  out->value = ctx->settings[index];
-  out->def = ctx->settings_def[index];
-  out->builtin = defs[index].def;
-  out->origin = ctx->settings_origin[index];
-  out->min = defs[index].min;
-  out->max = defs[index].max;
-  out->integer = defs[index].integer;
+  describe(ctx, ctx->device_gpu, index, out);
+  return NL_OK;
+}
+
+nl_status nl_setting_describe_on(nl_ctx *ctx, nl_device device, int32_t index, nl_setting_desc *out)
+{
+  char gpu[128];
+  nl_status st;
+  if (!ctx || !out || index < 0 || index >= NL_SET_COUNT)
+    return NL_EINVAL;
+  if ((st = nl__check_device(ctx, device)) != NL_OK || (st = gpu_name(ctx, device, gpu, sizeof gpu)) != NL_OK)
+    return st;
+  describe(ctx, gpu, index, out);
   return NL_OK;
 }
 
@@ -190,6 +222,6 @@ nl_status nl_get(nl_ctx *ctx, const char *key, double *value)
     return NL_EINVAL;
   if ((i = find(key)) < 0)
     return nl__err(ctx, NL_EINVAL, "unknown setting '%s'", key ? key : "(null)");
-  *value = ctx->settings[i];
+  *value = nl__setting(ctx, (enum nl_setting_id)i);
   return NL_OK;
 }

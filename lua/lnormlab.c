@@ -30,7 +30,7 @@
  *   version(); cuda_compiled(); lib_prefix(s); last_failure() -> status, message of the
  *   latest error raised from a core status (so that a caller holding an error can tell
  *   whether it was that one); interrupt(); set_device(b, i); next_seed(); set_seed(s);
- *   sync(b, i); device_count(b); device_info(b, i); roofline(b, i); settings();
+ *   sync(b, i); device_count(b); device_info(b, i); roofline(b, i); settings([b, i]);
  *   model_defaults(); set(key, v);
  *   get(key); variants(); buffer(b, i, dtype, shape, stride); is_buffer(v);
  *   compare(a, ref, atol, rtol); supports(name, args) -> true | false, reason;
@@ -689,14 +689,19 @@ static int l_roofline(lua_State *L)
   return 1;
 }
 
+/* settings([b, i]): as on the default device, or on device (b, i) */
 static int l_settings(lua_State *L)
 {
   LCtx *c = getctx(L);
   int32_t i, n = nl_setting_count();
+  int on = !lua_isnoneornil(L, 1);
+  nl_device d = {0, 0};
+  if (on)
+    d = checkdevice(L, 1);
   lua_createtable(L, n > 0 ? n : 0, 0);
   for (i = 0; i < n; i++) {
     nl_setting_desc s;
-    check(L, c, nl_setting_describe(c->ctx, i, &s));
+    check(L, c, on ? nl_setting_describe_on(c->ctx, d, i, &s) : nl_setting_describe(c->ctx, i, &s));
     lua_createtable(L, 0, 9);
     setstr(L, "key", s.key);
     setstr(L, "doc", s.doc);

@@ -85,45 +85,52 @@ describe("settings", function()
     end
   end)
 
-  it("take the defaults of the default device's GPU model, except those given with nl.set",
-    function()
-      local core = require("normlab.binding")
-      local known, models = {}, nl.model_defaults()
-      for _, s in ipairs(nl.settings()) do
-        known[s.key] = s
-      end
-      assert.is_true(#models > 0)
-      for _, m in ipairs(models) do
-        assert.are.equal("string", type(m.model))
-        assert.is_truthy(known[m.key], m.key)
-        assert.is_true(known[m.key].min <= m.value and m.value <= known[m.key].max, m.key)
-      end
-      local function expect(gpu)
-        for _, s in ipairs(nl.settings()) do
-          local want, origin = s.builtin, "normlab"
-          for _, m in ipairs(models) do
-            if m.key == s.key and gpu and gpu:find(m.model, 1, true) then
-              want, origin = m.value, m.model
-            end
+  it("take the defaults of the device's GPU model, except those given with nl.set", function()
+    local core = require("normlab.binding")
+    local known, models = {}, nl.model_defaults()
+    for _, s in ipairs(nl.settings()) do
+      known[s.key] = s
+    end
+    assert.is_true(#models > 0)
+    for _, m in ipairs(models) do
+      assert.are.equal("string", type(m.model))
+      assert.is_truthy(known[m.key], m.key)
+      assert.is_true(known[m.key].min <= m.value and m.value <= known[m.key].max, m.key)
+    end
+    -- list: nl.settings() or nl.settings(dev); gpu: the device's name, nil for the CPU
+    local function expect(list, gpu)
+      for _, s in ipairs(list) do
+        local want, origin = s.builtin, "normlab"
+        for _, m in ipairs(models) do
+          if m.key == s.key and gpu and gpu:find(m.model, 1, true) then
+            want, origin = m.value, m.model
           end
-          assert.are.equal(want, s.default, s.key)
-          assert.are.equal(origin, s.origin, s.key)
         end
+        assert.are.equal(want, s.default, s.key)
+        assert.are.equal(origin, s.origin, s.key)
       end
-      local d = nl.device()
-      expect(d.kind == "cuda" and d.info.name or nil)
-      -- nl.set's value survives a change of the default device; the others follow it.
-      local key = models[1].key
-      local before = nl.get(key)
-      nl.set(key, known[key].max)
-      core.set_device(cpu.backend, cpu.index)
-      expect(nil)
-      assert.are.equal(known[key].max, nl.get(key))
-      core.set_device(d.backend, d.index)
-      expect(d.kind == "cuda" and d.info.name or nil)
-      assert.are.equal(known[key].max, nl.get(key))
-      nl.set(key, before)
-    end)
+    end
+    local d = nl.device()
+    local gpu = d.kind == "cuda" and d.info.name or nil
+    expect(nl.settings(), gpu)
+    expect(nl.settings(d), gpu)
+    expect(nl.settings(cpu), nil)
+    -- nl.set's value holds on every device; nl.settings() follows the default device.
+    local key = models[1].key
+    local before = nl.get(key)
+    nl.set(key, known[key].max)
+    core.set_device(cpu.backend, cpu.index)
+    expect(nl.settings(), nil)
+    assert.are.equal(known[key].max, nl.get(key))
+    core.set_device(d.backend, d.index)
+    expect(nl.settings(), gpu)
+    for _, s in ipairs(nl.settings(d)) do
+      if s.key == key then
+        assert.are.equal(known[key].max, s.value)
+      end
+    end
+    nl.set(key, before)
+  end)
 
   it("steer auto", function()
     local x, y = keep(cpu:randn({8, 16}), cpu:empty({8, 16}))

@@ -317,6 +317,26 @@ describe("CUDA rmsnorm #cuda", function()
     end
   end)
 
+  it_cuda("auto takes the defaults of the GPU it runs on, whichever the default device", function()
+    local core = require("normlab.binding")
+    local x, y = cuda:randn({64, 2048}, "bf16", {seed = 3}), cuda:empty({64, 2048}, "bf16")
+    local args = {x = x, y = y, eps = 1e-6}
+    local max_n
+    for _, s in ipairs(nl.settings(cuda)) do
+      if s.key == "rmsnorm.fwd.blockrow_max_n" then
+        max_n = s.value
+      end
+    end
+    local want = max_n >= 2048 and "rmsnorm.fwd.blockrow" or "rmsnorm.fwd.row"
+    assert.are.equal(want, nl.resolve("rmsnorm.fwd.auto", args))
+    core.set_device(cpu.backend, cpu.index)
+    local ok, got = pcall(nl.resolve, "rmsnorm.fwd.auto", args)
+    core.set_device(cuda.backend, cuda.index)
+    assert.is_true(ok, got)
+    assert.are.equal(want, got)
+    free(x, y)
+  end)
+
   it_cuda("auto forward follows blockrow_max_n, blockrow_max_m and persistent_min_*", function()
     local x, y = cuda:randn({64, 1024}, "bf16", {seed = 3}), cuda:empty({64, 1024}, "bf16")
     local args = {x = x, y = y, eps = 1e-6}

@@ -212,17 +212,18 @@ typedef struct nl_setting_desc {
   const char *key;
   const char *doc;
   double value;           /* current value on the context */
-  double def;             /* the default on the context's default device */
+  double def;             /* the default on the device described (nl_setting_describe: the
+                           * context's default device) */
   double builtin;         /* normlab's default, before any GPU model's table */
   double min;
   double max;
   int32_t integer;        /* 1 when only integers are accepted */
   const char *origin;     /* where def comes from: "normlab", or the GPU model whose table
-                           * (nl_model_default_describe) set it for the default device */
+                           * (nl_model_default_describe) set it on this device */
 } nl_setting_desc;
 
-/* A setting's default on one GPU model: it applies while the context's default device is a
- * CUDA GPU whose name contains `model`, unless the setting was given with nl_set. */
+/* A setting's default on one GPU model: launches on a CUDA GPU whose name contains `model`
+ * take it, unless the setting was given with nl_set. */
 typedef struct nl_model_default {
   const char *model;
   const char *key;
@@ -254,6 +255,8 @@ nl_status nl_device_query(nl_ctx *ctx, nl_device device, nl_device_info *info);
 /* Settings */
 int32_t nl_setting_count(void);
 nl_status nl_setting_describe(const nl_ctx *ctx, int32_t index, nl_setting_desc *out);
+nl_status nl_setting_describe_on(nl_ctx *ctx, nl_device device, int32_t index,
+                                 nl_setting_desc *out);
 nl_status nl_set(nl_ctx *ctx, const char *key, double value);
 nl_status nl_get(nl_ctx *ctx, const char *key, double *value);
 int32_t nl_model_default_count(void);

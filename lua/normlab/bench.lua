@@ -344,7 +344,7 @@ end
 return function(spec)
   local p = parse(spec)
   local values = {}
-  for _, s in ipairs(settings.list()) do
+  for _, s in ipairs(settings.list(p.device)) do
     values[s.key] = s.value
   end
   local meta = {device = p.device.name, device_info = p.device.info,

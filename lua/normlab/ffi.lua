@@ -427,10 +427,11 @@ function M.roofline(backend, index)
   return gbps[0]
 end
 
-function M.settings()
+function M.settings(backend, index)
   local list, s = {}, ffi.new("nl_setting_desc")
+  local d = backend ~= nil and device(backend, index) or nil
   for i = 0, C.nl_setting_count() - 1 do
-    check(C.nl_setting_describe(ctx, i, s))
+    check(d and C.nl_setting_describe_on(ctx, d, i, s) or C.nl_setting_describe(ctx, i, s))
     list[i + 1] = {key = str(s.key), doc = str(s.doc), value = s.value, def = s.def,
       builtin = s.builtin, min = s.min, max = s.max, integer = s.integer, origin = str(s.origin)}
   end

@@ -10,9 +10,12 @@ local function value_of(v, integer)
   return integer and math.tointeger and math.tointeger(v) or v
 end
 
-function M.list()
+-- nl.settings([device]): every setting with its value and default on device (default: the
+-- default device), whose GPU model may change the defaults (origin names the model).
+function M.list(device)
   local list = {}
-  for i, s in ipairs(core.settings()) do
+  local raw = device ~= nil and core.settings(device.backend, device.index) or core.settings()
+  for i, s in ipairs(raw) do
     local int = s.integer ~= 0
     list[i] = {key = s.key, value = value_of(s.value, int), default = value_of(s.def, int),
       origin = s.origin, builtin = value_of(s.builtin, int), min = value_of(s.min, int),
@@ -21,9 +24,9 @@ function M.list()
   return list
 end
 
--- The defaults that differ by GPU model ({model =, key =, value =}, in the core's order): they
--- apply while the default device is a GPU whose name contains the model, unless nl.set gave
--- the setting a value.
+-- The defaults that differ by GPU model ({model =, key =, value =}, in the core's order):
+-- launches on a GPU whose name contains the model take them, unless nl.set gave the setting
+-- a value.
 function M.model_defaults()
   local list, ints = {}, {}
   for _, s in ipairs(M.list()) do
