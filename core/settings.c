@@ -88,6 +88,7 @@ static const struct {
   {"H100", NL_SET_RMS_FWD_BLOCKROW_BLOCK, 128},
   {"H100", NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N, 0},
   {"H100", NL_SET_RMS_FWD_RELOAD_MIN_N, 0},
+  {"H100", NL_SET_RMS_BWD_ITEMS, 2},
 };
 
 #define MODEL_DEFS ((int)(sizeof model_defs / sizeof model_defs[0]))
