@@ -399,6 +399,16 @@ __device__ __forceinline__ void grid_barrier(unsigned int *sync)
   __syncthreads();
 }
 
+/* Sets a thread's register array to zero (dW accumulators). */
+template <int A, int B> __device__ __forceinline__ void zero(float (&v)[A][B])
+{
+#pragma unroll
+  for (int i = 0; i < A; i++)
+#pragma unroll
+    for (int j = 0; j < B; j++)
+      v[i][j] = 0.f;
+}
+
 /* How a launch maps rows to threads. `group` threads share a row; a CTA of `block` threads
  * holds block / group rows at a time; each thread keeps `items` packs of `vec` elements. */
 struct RowCfg {
@@ -614,6 +624,22 @@ __host__ inline int64_t smem_budget()
     memo = (int64_t)v - 1024;
   }
   return memo;
+}
+
+/* The pipelined kernels' layout: the most stages, from k->stages down to 2, whose staging
+ * (`streams` packs and `scalars` floats per thread and stage) fits the shared memory, and
+ * the row layout for them in c. 0 when not even two fit (c.items is then 0 too). */
+__host__ inline int fit_stages(const nlk_norm *k, int elt, RowMode mode, BlockLimits limits,
+                               int streams, int scalars, RowCfg *c)
+{
+  const int pack = pick_vec(k, elt) * elt;
+  for (int s = k->stages < 2 ? 2 : k->stages; s >= 2; s--) {
+    *c = row_cfg(k, elt, mode, limits, k->block_pref,
+                 staging_cost(s, streams, pack, scalars, smem_budget()));
+    if (c->items != 0)
+      return s;
+  }
+  return 0;
 }
 
 /* Resident CTAs per SM of a kernel at a block size and dynamic shared memory. The answer is

@@ -239,11 +239,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
                            });
   } else {
     float dw[ITEMS][VEC];
-#pragma unroll
-    for (int i = 0; i < ITEMS; i++)
-#pragma unroll
-      for (int j = 0; j < VEC; j++)
-        dw[i][j] = 0.f;
+    zero(dw);
     process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, red, parity, dres_of,
                            [&](int i, int, const float(&c)[VEC]) {
 #pragma unroll
@@ -274,11 +270,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
   const Staging<P, ITEMS> st(dyn, S, a.dres ? 3 : 2);
   Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
   float dw[ITEMS][VEC];
-#pragma unroll
-  for (int i = 0; i < ITEMS; i++)
-#pragma unroll
-    for (int j = 0; j < VEC; j++)
-      dw[i][j] = 0.f;
+  zero(dw);
 
   int64_t begin, end, step;
   if (a.chunk > 0) {
@@ -506,12 +498,7 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
   int stages = 0;
   p->flavor = m == ROW ? DIRECT : m == BLOCKROW ? REGS : PIPE;
   if (p->flavor == PIPE) {
-    for (int s = k->stages < 2 ? 2 : k->stages; s >= 2 && !stages; s--) {
-      p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[PIPE], k->block_pref,
-                     staging_cost(s, streams, pack, 1, smem_budget()));
-      if (p->c.items != 0)
-        stages = s;
-    }
+    stages = fit_stages(k, sizeof(T), mode, BWD_LIMITS[PIPE], streams, 1, &p->c);
   } else {
     p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, SmemCost{0, 0, 0});
   }

@@ -413,16 +413,11 @@ Plan make_plan(const nlk_norm *k, Mapping m)
   p.stages = 0;
   p.smem = 0;
   if (m == PERSISTENT) {
-    for (int s = k->stages < 2 ? 2 : k->stages; s >= 2 && !p.pipe; s--) {
-      const int pack = pick_vec(k, sizeof(T)) * (int)sizeof(T);
-      p.c = row_cfg(k, sizeof(T), mode, FWD_PIPE_LIMITS, k->block_pref,
-                    staging_cost(s, streams, pack, 0, smem_budget()));
-      if (p.c.items != 0) {
-        p.pipe = true;
-        p.stages = s;
-        p.smem = (size_t)s * streams * p.c.items * p.c.block * pack;
-      }
-    }
+    const int pack = pick_vec(k, sizeof(T)) * (int)sizeof(T);
+    p.stages = fit_stages(k, sizeof(T), mode, FWD_PIPE_LIMITS, streams, 0, &p.c);
+    p.pipe = p.stages != 0;
+    if (p.pipe)
+      p.smem = (size_t)p.stages * streams * p.c.items * p.c.block * pack;
   }
   if (!p.pipe)
     p.c = row_cfg(k, sizeof(T), mode, FWD_LIMITS, k->block_pref, SmemCost{0, 0, 0});
