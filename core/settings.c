@@ -76,9 +76,9 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent backward: 1 reduces dW in the same kernel after a grid barrier, 0 launches the reduce kernel"},
 };
 
-/* Defaults that differ by GPU model, from the sweeps of tools/gpu.sh tune on each
- * (notes/perf-h100-2026-11-22.md): an entry applies while the context's default device is
- * a CUDA GPU whose name contains `model`. The defaults above are the H200's. */
+/* Defaults that differ by GPU model, from same-run sweeps on each (notes/perf-2026-11-22d.md
+ * gives the evidence): launches on a CUDA GPU whose name contains `model` take its entries
+ * for the settings nl_set has not given. The defaults above are the H200's. */
 static const struct {
   const char *model;
   enum nl_setting_id id;
@@ -178,13 +178,15 @@ nl_status nl_setting_describe(const nl_ctx *ctx, int32_t index, nl_setting_desc 
   return NL_OK;
 }
 
-nl_status nl_setting_describe_on(nl_ctx *ctx, nl_device device, int32_t index, nl_setting_desc *out)
+nl_status nl_setting_describe_on(nl_ctx *ctx, nl_device device, int32_t index,
+                                 nl_setting_desc *out)
 {
   char gpu[128];
   nl_status st;
   if (!ctx || !out || index < 0 || index >= NL_SET_COUNT)
     return NL_EINVAL;
-  if ((st = nl__check_device(ctx, device)) != NL_OK || (st = gpu_name(ctx, device, gpu, sizeof gpu)) != NL_OK)
+  if ((st = nl__check_device(ctx, device)) != NL_OK ||
+      (st = gpu_name(ctx, device, gpu, sizeof gpu)) != NL_OK)
     return st;
   describe(ctx, gpu, index, out);
   return NL_OK;

@@ -117,7 +117,8 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
    "rmsnorm.fwd.reload_min_n columns)",                                                            \
    LIMITS, DTYPES, 0, 0, rms_supports, NULL, nlk_cuda_rms_fwd_row, NULL, tune_fwd},                \
   {OPNAME ".fwd.blockrow", OP, NL_FWD, NL_CUDA, "blockrow",                                        \
-   "a warp or less per row, rmsnorm.fwd.blockrow_block threads per CTA, shuffle reductions only", BR_LIMITS, DTYPES, 0, 0,    \
+   "a warp or less per row, rmsnorm.fwd.blockrow_block threads per CTA, shuffle reductions "      \
+   "only", BR_LIMITS, DTYPES, 0, 0,                                                                \
    blockrow_supports, NULL, nlk_cuda_rms_fwd_blockrow, NULL, tune_fwd},                            \
   {OPNAME ".fwd.persistent", OP, NL_FWD, NL_CUDA, "persistent",                                    \
    "grid = SMs x resident CTAs striding over rows, weight in registers once per CTA, the next "    \
@@ -136,7 +137,8 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
    LIMITS, DTYPES, NL_RED(NL_REDUCE_TEMP) | NL_RED(NL_REDUCE_ATOMIC), NL_REDUCE_TEMP,              \
    rms_supports, nlk_cuda_rms_bwd_row_ws, nlk_cuda_rms_bwd_row, NULL, tune_bwd},                   \
   {OPNAME ".bwd.blockrow", OP, NL_BWD, NL_CUDA, "blockrow",                                        \
-   "a warp or less per row, rmsnorm.bwd.blockrow_block threads per CTA; (CTAs x N) fp32 partials + reduce kernel",            \
+   "a warp or less per row, rmsnorm.bwd.blockrow_block threads per CTA; (CTAs x N) fp32 "        \
+   "partials + reduce kernel",                                                                     \
    BR_LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, blockrow_supports,                               \
    nlk_cuda_rms_bwd_blockrow_ws, nlk_cuda_rms_bwd_blockrow, NULL, tune_bwd},                       \
   {OPNAME ".bwd.partials", OP, NL_BWD, NL_CUDA, "partials",                                        \

@@ -510,7 +510,7 @@ static int print_list(void)
     snprintf(range, sizeof range, "[%.10g, %.10g]%s", s.min, s.max, s.integer ? " integer" : "");
     printf("%-*s  %-10s  %-24s  %s\n", wkey, s.key, def, range, s.doc != NULL ? s.doc : "");
   }
-  printf("\ndefaults that differ by GPU model (while the default device is one)\n\n");
+  printf("\ndefaults that differ by GPU model (launches on such a GPU take them)\n\n");
   for (i = 0; i < nl_model_default_count(); i++) {
     nl_model_default m;
     if (nl_model_default_describe(i, &m) == NL_OK)

@@ -211,7 +211,8 @@ typedef struct nl_variant_desc {
 typedef struct nl_setting_desc {
   const char *key;
   const char *doc;
-  double value;           /* current value on the context */
+  double value;           /* what launches on the device described take: nl_set's value,
+                           * else def */
   double def;             /* the default on the device described (nl_setting_describe: the
                            * context's default device) */
   double builtin;         /* normlab's default, before any GPU model's table */
