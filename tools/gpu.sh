@@ -44,7 +44,8 @@ for step in $steps; do
       run fwd_shared "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --outputs shared \
         --M 4096 --variants auto --markdown "$OUT/fwd_shared.md" ;;
     tune)
-      # the settings sweeps behind the defaults in core/settings.c (bf16, weights in x's dtype)
+      # the settings sweeps behind the defaults in core/settings.c, the built-in ones and a GPU
+      # model's table (bf16, weights in x's dtype)
       tune=("$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check
             --weight x --dtypes bf16)
       run tune_bwd "${tune[@]}" --op rmsnorm.bwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
@@ -54,6 +55,11 @@ for step in $steps; do
         --set rmsnorm.bwd.fused_reduce=0,1 --markdown "$OUT/tune_bwd_fused.md"
       run tune_fwd "${tune[@]}" --op rmsnorm.fwd --variants row,blockrow --M 4096,32768 --N 1024..16384 \
         --set rmsnorm.fwd.items=1,2,4 --set rmsnorm.fwd.early_weight_max_n=0,16384 --markdown "$OUT/tune_fwd.md"
+      run tune_fwd_blockrow "${tune[@]}" --op rmsnorm.fwd --variants blockrow --M 4096 --N 1024,2048 \
+        --set rmsnorm.fwd.early_weight_max_n=0,4096 --set rmsnorm.fwd.blockrow_block=64,128,256,512 \
+        --markdown "$OUT/tune_fwd_blockrow.md"
+      run tune_pdl "${tune[@]}" --op rmsnorm.fwd --variants auto --M 4096 --N 1024..16384 \
+        --set cuda.pdl=0,1 --markdown "$OUT/tune_pdl.md"
       run tune_fwd_reload "${tune[@]}" --op rmsnorm.fwd --variants row --M 4096,32768 --N 2048..16384 \
         --set rmsnorm.fwd.reload_min_n=0,1 --set rmsnorm.fwd.items=1,2,4 --markdown "$OUT/tune_fwd_reload.md"
       run tune_fwd_staged "${tune[@]}" --op rmsnorm.fwd --variants staged --M 4096,32768 --N 1024..16384 \
