@@ -723,8 +723,9 @@ static int l_model_defaults(lua_State *L)
   lua_createtable(L, n > 0 ? n : 0, 0);
   for (i = 0; i < n; i++) {
     nl_model_default m;
-    if (nl_model_default_describe(i, &m) != NL_OK)
-      return luaL_error(L, "normlab: model default %d out of range", (int)i);
+    nl_status st = nl_model_default_describe(i, &m);
+    if (st != NL_OK)
+      fail(L, "model_defaults: cannot describe entry %d: %s", (int)i, nl_status_name(st));
     lua_createtable(L, 0, 3);
     setstr(L, "model", m.model);
     setstr(L, "key", m.key);
