@@ -248,8 +248,20 @@ nl_status nl_device_query(nl_ctx *ctx, nl_device device, nl_device_info *info)
     return st;
   memset(info, 0, sizeof *info);
   info->device = device;
-  if (device.backend == NL_CUDA)
-    return nl__cuda_query(ctx, device.index, info);
+  if (device.backend == NL_CUDA) {
+    /* A GPU's properties do not change while the process runs, and every CUDA plan (each
+     * launch) reads them: cudaGetDeviceProperties runs once per device. */
+    const int i = device.index;
+    if (!ctx->cuda_info_ok[i]) {
+      if ((st = nl__cuda_query(ctx, i, info)) != NL_OK)
+        return st;
+      info->device = device;
+      ctx->cuda_info[i] = *info;
+      ctx->cuda_info_ok[i] = 1;
+    }
+    *info = ctx->cuda_info[i];
+    return NL_OK;
+  }
   cpu_model_name(info->name, sizeof info->name);
   info->sm_count = nl__threads(ctx);
   info->l2_bytes = cpu_llc_bytes();

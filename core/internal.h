@@ -38,6 +38,7 @@ enum nl_setting_id {
   NL_SET_RMS_BWD_BLOCKROW_BLOCK,
   NL_SET_RMS_BWD_PARTIALS_MIN_M,
   NL_SET_RMS_BWD_PERSISTENT_MIN_M,
+  NL_SET_RMS_BWD_FP32_PARTIALS_MAX_N,
   NL_SET_RMS_BWD_ITEMS,
   NL_SET_RMS_BWD_BLOCK,
   NL_SET_RMS_BWD_CTAS_PER_SM,
@@ -62,13 +63,16 @@ struct nl_ctx {
   double settings[NL_SET_COUNT];              /* values given with nl_set */
   unsigned char settings_user[NL_SET_COUNT];  /* which settings nl_set gave; the others take
                                                * the defaults of the GPU model in use */
-  char device_gpu[128];           /* the default device's name, "" for the CPU */
-  char plan_gpu[128];             /* while nl__plan runs a CUDA plan: its GPU's name */
+  const char *device_gpu;         /* the default device's GPU name, "" for the CPU */
+  const char *plan_gpu;           /* while nl__plan runs a CUDA plan: its GPU's name, else "" */
   uint64_t seed;
   volatile int interrupt;         /* set from signal handlers; cleared at the start of long calls */
   nl_ws ws_cpu;
   nl_ws ws_cuda[NL_MAX_CUDA];
   struct nl_cuda_state *cuda[NL_MAX_CUDA];
+  /* Each GPU's properties, queried once (every CUDA plan reads them). */
+  nl_device_info cuda_info[NL_MAX_CUDA];
+  unsigned char cuda_info_ok[NL_MAX_CUDA];
   double roofline_cpu;
   double roofline_cuda[NL_MAX_CUDA];
 };
@@ -102,7 +106,7 @@ double nl__now_ms(void);
 double nl__setting(const nl_ctx *ctx, enum nl_setting_id id);
 void nl__settings_defaults(nl_ctx *ctx);
 nl_status nl__settings_for_device(nl_ctx *ctx);
-void nl__settings_for_plan(nl_ctx *ctx, const char *gpu);
+void nl__settings_for_plan(nl_ctx *ctx, const char *gpu); /* gpu: kept, not copied */
 
 /* buffer.c */
 size_t nl__buf_row_bytes(const nl_buf *b);

@@ -363,7 +363,7 @@ static nl_status make_plan(nl_ctx *ctx, const char *variant, const nl_norm_args 
       if ((st = nl_device_query(ctx, plan->device, &info)) != NL_OK)
         return st;
       plan->k.sm_count = info.sm_count;
-      nl__settings_for_plan(ctx, info.name);
+      nl__settings_for_plan(ctx, ctx->cuda_info[plan->device.index].name);
     }
     plan->k.pdl = (int32_t)nl__setting(ctx, NL_SET_CUDA_PDL);
   }
@@ -373,7 +373,9 @@ static nl_status make_plan(nl_ctx *ctx, const char *variant, const nl_norm_args 
                    backend == NL_CUDA ? "CUDA" : "CPU", op_names[op], pass_names[pass],
                    backend == NL_CUDA ? "cuda" : "cpu", list);
   if (v->resolve) {
-    const char *s = v->resolve(ctx, &plan->k);
+    const char *s;
+    plan->k.reduce = args->reduce; /* what the caller asked for (0: any), for the resolver */
+    s = v->resolve(ctx, &plan->k);
     const nl_variant *r = find(op, pass, s, backend);
     if (!r || r->resolve)
       return nl__err(ctx, NL_EINTERNAL, "%s resolved to '%s', which does not exist", variant, s);

@@ -64,6 +64,8 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA auto backward below persistent_min_m: partials from this many rows, row below"},
   [NL_SET_RMS_BWD_PERSISTENT_MIN_M] = {"rmsnorm.bwd.persistent_min_m", 4096, 1, 1e12, 1,
     "CUDA auto backward above blockrow_max_n: persistent from this many rows"},
+  [NL_SET_RMS_BWD_FP32_PARTIALS_MAX_N] = {"rmsnorm.bwd.fp32_partials_max_n", 8192, 0, 1 << 24, 1,
+    "CUDA auto backward, fp32 activations: partials instead of persistent up to this N (0: never)"},
   [NL_SET_RMS_BWD_ITEMS] = {"rmsnorm.bwd.items", 4, 1, 8, 1,
     "CUDA backward: target 16-byte packs per thread per row (1, 2, 4, 8)"},
   [NL_SET_RMS_BWD_BLOCK] = {"rmsnorm.bwd.block", 512, 32, 1024, 1,
@@ -115,33 +117,35 @@ double nl__setting(const nl_ctx *ctx, enum nl_setting_id id)
   return default_for(ctx->plan_gpu[0] ? ctx->plan_gpu : ctx->device_gpu, id, &origin);
 }
 
-static nl_status gpu_name(nl_ctx *ctx, nl_device d, char *buf, size_t cap)
+/* The GPU name of device d ("" for the CPU), from the context's cache of device properties,
+ * so the pointer stays valid for the context's lifetime. */
+static nl_status gpu_name(nl_ctx *ctx, nl_device d, const char **name)
 {
   nl_device_info info;
   nl_status st;
-  buf[0] = '\0';
+  *name = "";
   if (d.backend != NL_CUDA)
     return NL_OK;
   if ((st = nl_device_query(ctx, d, &info)) != NL_OK)
     return st;
-  snprintf(buf, cap, "%s", info.name);
+  *name = ctx->cuda_info[d.index].name;
   return NL_OK;
 }
 
 void nl__settings_defaults(nl_ctx *ctx)
 {
   memset(ctx->settings_user, 0, sizeof ctx->settings_user);
-  ctx->device_gpu[0] = ctx->plan_gpu[0] = '\0';
+  ctx->device_gpu = ctx->plan_gpu = "";
 }
 
 nl_status nl__settings_for_device(nl_ctx *ctx)
 {
-  return gpu_name(ctx, ctx->device, ctx->device_gpu, sizeof ctx->device_gpu);
+  return gpu_name(ctx, ctx->device, &ctx->device_gpu);
 }
 
 void nl__settings_for_plan(nl_ctx *ctx, const char *gpu)
 {
-  snprintf(ctx->plan_gpu, sizeof ctx->plan_gpu, "%s", gpu ? gpu : "");
+  ctx->plan_gpu = gpu ? gpu : "";
 }
 
 int32_t nl_model_default_count(void) { return MODEL_DEFS; }
@@ -181,12 +185,11 @@ nl_status nl_setting_describe(const nl_ctx *ctx, int32_t index, nl_setting_desc 
 nl_status nl_setting_describe_on(nl_ctx *ctx, nl_device device, int32_t index,
                                  nl_setting_desc *out)
 {
-  char gpu[128];
+  const char *gpu;
   nl_status st;
   if (!ctx || !out || index < 0 || index >= NL_SET_COUNT)
     return NL_EINVAL;
-  if ((st = nl__check_device(ctx, device)) != NL_OK ||
-      (st = gpu_name(ctx, device, gpu, sizeof gpu)) != NL_OK)
+  if ((st = nl__check_device(ctx, device)) != NL_OK || (st = gpu_name(ctx, device, &gpu)) != NL_OK)
     return st;
   describe(ctx, gpu, index, out);
   return NL_OK;

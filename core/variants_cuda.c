@@ -94,15 +94,27 @@ static const char *auto_fwd(const nl_ctx *ctx, const nlk_norm *k)
   return "row";
 }
 
-/* auto backward: blockrow up to blockrow_max_n, then persistent from persistent_min_m rows,
- * partials from partials_min_m, row below. */
+/* auto backward: blockrow up to blockrow_max_n, then persistent from persistent_min_m rows
+ * (partials for fp32 rows up to fp32_partials_max_n), partials from partials_min_m, row
+ * below; a requested reduction steers it to a variant that has one (temp: row; atomic: not
+ * partials). fp32 favours partials' contiguous row chunks over persistent's grid stride:
+ * 2-6% on an H100 at M = 1024 to 32768 and N = 1024 to 8192, up to 20% on an H200 at
+ * M = 4096 (notes/perf-2026-11-22e.md); bf16 and fp16 do not. */
 static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
 {
+  const int atomic = k->reduce == NLK_REDUCE_ATOMIC;
+  if (k->reduce == NLK_REDUCE_TEMP)
+    return "row";
   if (blockrow_fits(ctx, k, NL_SET_RMS_BWD_BLOCKROW_MAX_N))
     return "blockrow";
   if (k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_PERSISTENT_MIN_M))
-    return "persistent";
-  return k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_PARTIALS_MIN_M) ? "partials" : "row";
+    return k->dt == NLK_F32 && !atomic &&
+                   k->N <= (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_FP32_PARTIALS_MAX_N)
+               ? "partials"
+               : "persistent";
+  if (k->M >= (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_PARTIALS_MIN_M))
+    return atomic ? "persistent" : "partials";
+  return "row";
 }
 
 #define LIMITS "any M; N <= 2^24; fp32, fp16, bf16; 16-byte packs when N and strides allow"
@@ -154,7 +166,9 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
    nlk_cuda_rms_bwd_persistent, NULL, tune_bwd},                                                   \
   {OPNAME ".bwd.auto", OP, NL_BWD, NL_CUDA, "auto",                                                \
    "blockrow for N <= rmsnorm.bwd.blockrow_max_n, then persistent from "                           \
-   "rmsnorm.bwd.persistent_min_m rows, partials from rmsnorm.bwd.partials_min_m, row below",       \
+   "rmsnorm.bwd.persistent_min_m rows (fp32: partials up to rmsnorm.bwd.fp32_partials_max_n), "  \
+   "partials from rmsnorm.bwd.partials_min_m, row below; a requested reduction steers it to a "    \
+   "variant that has one",                                                                         \
    "as the variant it picks",                                                                      \
    DTYPES, 0, 0, NULL, NULL, NULL, auto_bwd, NULL}
 

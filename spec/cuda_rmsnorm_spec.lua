@@ -355,6 +355,29 @@ describe("CUDA rmsnorm #cuda", function()
     free(x, y)
   end)
 
+  it_cuda("auto backward: fp32 partials up to fp32_partials_max_n, reductions steer it", function()
+    local function pick(M, N, dtype, reduce)
+      local dy, x = cuda:empty({M, N}, dtype), cuda:empty({M, N}, dtype)
+      local rstd, dx = cuda:empty({M}, "fp32"), cuda:empty({M, N}, dtype)
+      local w, dw = cuda:empty({N}, dtype), cuda:empty({N}, dtype)
+      local got = nl.resolve("rmsnorm.bwd.auto",
+        {dy = dy, x = x, w = w, rstd = rstd, dx = dx, dw = dw, reduce = reduce})
+      free(dy, x, rstd, dx, w, dw)
+      return got
+    end
+    with_settings({["rmsnorm.bwd.persistent_min_m"] = 64, ["rmsnorm.bwd.partials_min_m"] = 8,
+      ["rmsnorm.bwd.fp32_partials_max_n"] = 1024, ["rmsnorm.bwd.blockrow_max_n"] = 0}, function()
+      assert.are.equal("rmsnorm.bwd.partials", pick(64, 1024, "fp32"))
+      assert.are.equal("rmsnorm.bwd.persistent", pick(64, 2048, "fp32"))
+      assert.are.equal("rmsnorm.bwd.persistent", pick(64, 1024, "bf16"))
+      assert.are.equal("rmsnorm.bwd.persistent", pick(64, 1024, "fp32", "atomic"))
+      assert.are.equal("rmsnorm.bwd.partials", pick(8, 1024, "bf16"))
+      assert.are.equal("rmsnorm.bwd.persistent", pick(8, 1024, "bf16", "atomic"))
+      assert.are.equal("rmsnorm.bwd.row", pick(64, 1024, "bf16", "temp"))
+      assert.are.equal("rmsnorm.bwd.row", pick(4, 1024, "bf16"))
+    end)
+  end)
+
   it_cuda("row strides wider than the row, with and without 16-byte alignment", function()
     for _, pad in ipairs({8, 3}) do
       local p = problem(37, 1024, "bf16", {stride = pad})

@@ -218,6 +218,9 @@ struct Group {
     idx = threadIdx.x >> shift;
     per_cta = blockDim.x >> shift;
   }
+  /* The row of a kernel whose groups take one row each (row, blockrow): this CTA's rows are
+   * per_cta consecutive ones, group idx the idx-th. */
+  __device__ __forceinline__ int64_t one_row() const { return (int64_t)blockIdx.x * per_cta + idx; }
 };
 
 /* A pack as fp32. bf16 pairs convert as a 32-bit word, with one shift or mask per element

@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
   pdl_begin(a.pdl);
   const Group g(a.group);
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
-  const int64_t row = (int64_t)blockIdx.x * g.per_cta + g.idx;
+  const int64_t row = g.one_row();
   const bool active = row < a.M;
   extern __shared__ __align__(16) float dyn[];
   __shared__ float red[2][32];

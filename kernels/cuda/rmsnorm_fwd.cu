@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS :
   pdl_begin(a.pdl);
   const Group g(a.group);
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
-  const int64_t row = (int64_t)blockIdx.x * g.per_cta + g.idx;
+  const int64_t row = g.one_row();
   const bool active = row < a.M;
   __shared__ float red[2][32];
   int parity = 0;
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
   pdl_begin(a.pdl);
   const Group g(a.group);
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
-  const int64_t row = (int64_t)blockIdx.x * g.per_cta + g.idx;
+  const int64_t row = g.one_row();
   const bool active = row < a.M;
   __shared__ float red[2][32];
   int parity = 0;
