@@ -48,6 +48,8 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent forward: preferred threads per CTA (rows per CTA = block / threads per row)"},
   [NL_SET_RMS_FWD_CTAS_PER_SM] = {"rmsnorm.fwd.ctas_per_sm", 0, 0, 64, 1,
     "CUDA persistent forward: CTAs per SM (0: as many as fit)"},
+  [NL_SET_RMS_FWD_LOOP_CTAS_PER_SM] = {"rmsnorm.fwd.loop_ctas_per_sm", 0, 0, 64, 1,
+    "CUDA forward looping kernel (rows wider than any register layout, or items = 0): CTAs per SM (0: as many as fit)"},
   [NL_SET_RMS_FWD_STAGES] = {"rmsnorm.fwd.stages", 3, 2, 4, 1,
     "CUDA persistent forward: rows each thread has in flight through cp.async, the current one included"},
   [NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N] = {"rmsnorm.fwd.early_weight_max_n", 4096, 0, 1 << 24, 1,
@@ -72,13 +74,15 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent and partials backward: preferred threads per CTA"},
   [NL_SET_RMS_BWD_CTAS_PER_SM] = {"rmsnorm.bwd.ctas_per_sm", 0, 0, 64, 1,
     "CUDA persistent backward: CTAs per SM (0: as many as fit)"},
+  [NL_SET_RMS_BWD_LOOP_CTAS_PER_SM] = {"rmsnorm.bwd.loop_ctas_per_sm", 2, 0, 64, 1,
+    "CUDA persistent backward's looping kernel (rows wider than any register layout): CTAs per SM (0: as many as fit)"},
   [NL_SET_RMS_BWD_STAGES] = {"rmsnorm.bwd.stages", 2, 2, 4, 1,
     "CUDA persistent and partials backward: rows each thread has in flight through cp.async, the current one included"},
   [NL_SET_RMS_BWD_FUSED_REDUCE] = {"rmsnorm.bwd.fused_reduce", 0, 0, 1, 1,
     "CUDA persistent backward: 1 reduces dW in the same kernel after a grid barrier, 0 launches the reduce kernel"},
 };
 
-/* Defaults that differ by GPU model, from same-run sweeps on each (notes/perf-2026-11-22d.md
+/* Defaults that differ by GPU model, from same-run sweeps on each (notes/perf-2026-11-22d.md, -22e.md
  * gives the evidence): launches on a CUDA GPU whose name contains `model` take its entries
  * for the settings nl_set has not given. The defaults above are the H200's. */
 static const struct {
@@ -90,6 +94,7 @@ static const struct {
   {"H100", NL_SET_RMS_FWD_BLOCKROW_BLOCK, 128},
   {"H100", NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N, 0},
   {"H100", NL_SET_RMS_FWD_RELOAD_MIN_N, 0},
+  {"H100", NL_SET_RMS_FWD_LOOP_CTAS_PER_SM, 2},
   {"H100", NL_SET_RMS_BWD_ITEMS, 2},
 };
 

@@ -41,6 +41,7 @@ static void tune_fwd(const nl_ctx *ctx, nlk_norm *k)
   k->block_pref = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_BLOCK);
   k->rows_block = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_BLOCKROW_BLOCK);
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_CTAS_PER_SM);
+  k->loop_ctas = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_LOOP_CTAS_PER_SM);
   k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_FWD_STAGES);
   k->early_weight = k->N <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N);
   k->reload = nl__setting(ctx, NL_SET_RMS_FWD_RELOAD_MIN_N) > 0 &&
@@ -70,6 +71,7 @@ static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
   k->block_pref = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_BLOCK);
   k->rows_block = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_BLOCKROW_BLOCK);
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_CTAS_PER_SM);
+  k->loop_ctas = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_LOOP_CTAS_PER_SM);
   k->fused_reduce = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_FUSED_REDUCE);
   k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_STAGES);
 }

@@ -317,6 +317,20 @@ describe("CUDA rmsnorm #cuda", function()
     end
   end)
 
+  it_cuda("the looping kernels at every CTA count per SM the settings can ask for", function()
+    for _, s in ipairs({{37, 4096}, {7, 65536}}) do
+      local p = problem(s[1], s[2], "bf16")
+      reference(p)
+      for _, n in ipairs({0, 1, 3}) do
+        with_settings({["rmsnorm.fwd.items"] = 0, ["rmsnorm.fwd.loop_ctas_per_sm"] = n,
+          ["rmsnorm.bwd.loop_ctas_per_sm"] = n}, function()
+          check_all(p)
+        end)
+      end
+      release(p)
+    end
+  end)
+
   it_cuda("auto takes the defaults of the GPU it runs on, whichever the default device", function()
     local core = require("normlab.binding")
     local x, y = cuda:randn({64, 2048}, "bf16", {seed = 3}), cuda:empty({64, 2048}, "bf16")

@@ -65,7 +65,14 @@ for step in $steps; do
       run tune_fwd_staged "${tune[@]}" --op rmsnorm.fwd --variants staged --M 4096,32768 --N 1024..16384 \
         --set rmsnorm.fwd.staged_items=1,2,4,8 --markdown "$OUT/tune_fwd_staged.md"
       run tune_fwd_pipe "${tune[@]}" --op rmsnorm.fwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
-        --set rmsnorm.fwd.items=2,4 --set rmsnorm.fwd.stages=2,3 --markdown "$OUT/tune_fwd_pipe.md" ;;
+        --set rmsnorm.fwd.items=2,4 --set rmsnorm.fwd.stages=2,3 --markdown "$OUT/tune_fwd_pipe.md"
+      # the looping kernels (rows wider than any register layout), fp32 as well
+      loop=("$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check
+            --weight x --dtypes bf16,fp32 --M 4096)
+      run tune_loop_fwd "${loop[@]}" --op rmsnorm.fwd --variants row --N 32768,65536 \
+        --set rmsnorm.fwd.loop_ctas_per_sm=0,1,2,3,4 --markdown "$OUT/tune_loop_fwd.md"
+      run tune_loop_bwd "${loop[@]}" --op rmsnorm.bwd --variants persistent --N 16384,32768 \
+        --set rmsnorm.bwd.loop_ctas_per_sm=0,1,2,3 --markdown "$OUT/tune_loop_bwd.md" ;;
     anchors)
       run anchors python3 .gpu/anchors.py ;;
     anchors-key)

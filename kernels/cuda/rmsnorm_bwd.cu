@@ -536,7 +536,10 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
     grid = (k->M + p->chunk - 1) / p->chunk;
   } else if (m == PERSISTENT) {
     const int occ = occupancy(p->kernel, p->c.block, p->smem);
-    int per_sm = k->ctas_per_sm > 0 ? k->ctas_per_sm : occ;
+    /* the looping kernel re-reads each row in its second pass (from L2 while the rows in
+     * flight fit it) and writes a partial row per CTA: fewer CTAs than fit can be faster */
+    const int want = p->c.items == 0 ? k->loop_ctas : k->ctas_per_sm;
+    int per_sm = want > 0 ? want : occ;
     if (p->fused && per_sm > occ)
       per_sm = occ; /* a cooperative launch needs every CTA resident */
     grid = (int64_t)k->sm_count * per_sm;

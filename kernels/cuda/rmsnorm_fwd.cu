@@ -435,7 +435,10 @@ int launch_vec(nlk_norm *k, Plan &p)
   const int64_t per_cta = rows_per_cta(p.c), groups = (k->M + per_cta - 1) / per_cta;
   int64_t grid = groups;
   if (p.pipe || p.c.items == 0) {
-    const int per_sm = k->ctas_per_sm > 0 ? k->ctas_per_sm : occupancy(p.kernel, p.c.block, p.smem);
+    /* the looping kernel re-reads each row in its second pass, from L2 while the rows in
+     * flight fit it: fewer CTAs than fit can be faster (rmsnorm.fwd.loop_ctas_per_sm) */
+    const int want = p.pipe ? k->ctas_per_sm : k->loop_ctas;
+    const int per_sm = want > 0 ? want : occupancy(p.kernel, p.c.block, p.smem);
     grid = (int64_t)k->sm_count * per_sm;
     if (grid > groups)
       grid = groups;
