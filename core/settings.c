@@ -82,9 +82,9 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent backward: 1 reduces dW in the same kernel after a grid barrier, 0 launches the reduce kernel"},
 };
 
-/* Defaults that differ by GPU model, from same-run sweeps on each (notes/perf-2026-11-22d.md, -22e.md
- * gives the evidence): launches on a CUDA GPU whose name contains `model` take its entries
- * for the settings nl_set has not given. The defaults above are the H200's. */
+/* Defaults that differ by GPU model, from same-run sweeps on each (notes/perf-2026-11-22d.md
+ * and -22e.md give the evidence): launches on a CUDA GPU whose name contains `model` take
+ * its entries for the settings nl_set has not given. The defaults above are the H200's. */
 static const struct {
   const char *model;
   enum nl_setting_id id;
