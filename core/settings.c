@@ -76,6 +76,8 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent backward: CTAs per SM (0: as many as fit)"},
   [NL_SET_RMS_BWD_LOOP_CTAS_PER_SM] = {"rmsnorm.bwd.loop_ctas_per_sm", 2, 0, 64, 1,
     "CUDA persistent backward's looping kernel (rows wider than any register layout): CTAs per SM (0: as many as fit)"},
+  [NL_SET_RMS_BWD_SPLIT_MIN_N] = {"rmsnorm.bwd.split_min_n", 32768, 0, 1 << 24, 1,
+    "CUDA persistent and partials backward, 16-bit rows wider than any register layout: from this N a row-reduction kernel and a column kernel (dW in registers) replace the looping kernel (0: never); rows whose dW outgrows shared memory always take them"},
   [NL_SET_RMS_BWD_STAGES] = {"rmsnorm.bwd.stages", 2, 2, 4, 1,
     "CUDA persistent and partials backward: rows each thread has in flight through cp.async, the current one included"},
   [NL_SET_RMS_BWD_FUSED_REDUCE] = {"rmsnorm.bwd.fused_reduce", 0, 0, 1, 1,

@@ -72,6 +72,7 @@ static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
   k->rows_block = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_BLOCKROW_BLOCK);
   k->ctas_per_sm = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_CTAS_PER_SM);
   k->loop_ctas = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_LOOP_CTAS_PER_SM);
+  k->split_min_n = (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_SPLIT_MIN_N);
   k->fused_reduce = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_FUSED_REDUCE);
   k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_STAGES);
 }

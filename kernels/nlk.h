@@ -68,6 +68,9 @@ typedef struct nlk_norm {
   int32_t rows_block;     /* blockrow: threads per CTA */
   int32_t ctas_per_sm;    /* persistent grids: CTAs per SM (0: as many as fit) */
   int32_t loop_ctas;      /* the same for the looping kernels (rows wider than registers) */
+  int64_t split_min_n;    /* backward 16-bit rows the looping kernel would take: from this N, a
+                           * row kernel and a column kernel instead (0: only where the looping
+                           * kernel's dW row outgrows shared memory) */
   int32_t fused_reduce;   /* persistent backward: reduce dW partials in-kernel after a grid barrier */
   int32_t stages;         /* pipelined kernels (persistent, partials backward): rows each
                            * thread has in flight, the current one included (2..4) */

@@ -322,14 +322,35 @@ describe("CUDA rmsnorm #cuda", function()
       local p = problem(s[1], s[2], "bf16")
       reference(p)
       for _, n in ipairs({0, 1, 3}) do
+        -- 32-thread backward CTAs send 4096 columns to the looping kernel too
         with_settings({["rmsnorm.fwd.items"] = 0, ["rmsnorm.fwd.loop_ctas_per_sm"] = n,
-          ["rmsnorm.bwd.loop_ctas_per_sm"] = n}, function()
+          ["rmsnorm.bwd.loop_ctas_per_sm"] = n, ["rmsnorm.bwd.split_min_n"] = 0,
+          ["rmsnorm.bwd.block"] = 32}, function()
           check_all(p)
         end)
       end
       release(p)
     end
   end)
+
+  it_cuda("the split backward (row kernel, then column kernel) where the looping one would run",
+    function()
+      -- 32-thread CTAs leave 4096 columns too wide for registers (row chunks of 21 rows);
+      -- fp32 rows split where their dW row outgrows shared memory (N = 65536)
+      for _, s in ipairs({{4099, 4096, "bf16"}, {37, 65536, "bf16"}, {7, 65536, "fp32", true}}) do
+        local p = problem(s[1], s[2], s[3], {add = s[4], cast = s[4] and "gemma" or nil,
+          offset = s[4] and 1 or nil})
+        reference(p)
+        with_settings({["rmsnorm.bwd.block"] = 32, ["rmsnorm.bwd.split_min_n"] = 1}, function()
+          for _, v in ipairs({"partials", "persistent"}) do
+            assert.is_true(check_bwd(p, v))
+            check_bwd(p, v, {inplace = true})
+            assert.is_true(check_bwd(p, v, {reduce = "atomic"}) or v == "partials")
+          end
+        end)
+        release(p)
+      end
+    end)
 
   it_cuda("auto takes the defaults of the GPU it runs on, whichever the default device", function()
     local core = require("normlab.binding")

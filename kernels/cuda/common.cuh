@@ -575,15 +575,16 @@ __device__ __forceinline__ void pdl_begin(int on)
 #endif
 }
 
-/* Launches a norm kernel (whose first statement is pdl_begin()) on k's stream. */
+/* Launches a norm kernel (whose first statement is pdl_begin()) on k's stream: grid x grid_y
+ * CTAs. */
 __host__ inline int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block,
-                                size_t smem, void **args)
+                                size_t smem, void **args, unsigned grid_y = 1)
 {
   cudaLaunchAttribute attr;
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)grid);
+  cfg.gridDim = dim3((unsigned)grid, grid_y);
   cfg.blockDim = dim3((unsigned)block);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = (cudaStream_t)k->stream;

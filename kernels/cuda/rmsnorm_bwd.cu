@@ -32,6 +32,7 @@ struct BwdArgs {
   const float *rstd;
   float *partials;  /* [grid][N] (row: [M][N]); NULL when dW is not reduced through them */
   float *accum;     /* atomic reduction: [N] fp32, zeroed before the launch */
+  float *rowc;      /* split: [M] per-row sum(dy * W * xhat) / N */
   unsigned int *sync;
   int64_t sx, sdy, sdres, sdx;
   int64_t M, chunk; /* chunk > 0: CTA b owns rows [b*chunk, (b+1)*chunk) */
@@ -411,6 +412,77 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
   }
 }
 
+/* Rows from rmsnorm.bwd.split_min_n that the looping kernel would take: the row reduction
+ * and the columns run as two kernels. rms_bwd_rowc reduces each row's c = sum(dy * W *
+ * xhat) / N (CTAs stride over rows); in rms_bwd_cols a thread owns one pack of columns over
+ * a contiguous chunk of rows (blockIdx.y), so its weight and dW stay in registers for any
+ * N, where the looping kernel's row of dW outgrows shared memory (N > 58112 on sm_90) and
+ * goes to global memory. x and dy are read twice: five streams where the minimum is three
+ * (55% of the roofline on an H100). No barrier after the column split, so threads past the
+ * row return at once. */
+template <typename T, int VEC>
+__global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_rowc(BwdArgs a)
+{
+  pdl_begin(a.pdl);
+  const int nvec = a.N / VEC;
+  __shared__ float red[2][32];
+  int parity = 0;
+  for (int64_t row = blockIdx.x; row < a.M; row += gridDim.x) {
+    float s = 0.f;
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+      const Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v);
+      const Pack<T, VEC> gv = load<T, VEC>(a.dy, row, a.sdy, v);
+      float W[VEC];
+      load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
+#pragma unroll
+      for (int j = 0; j < VEC; j++)
+        s += to_f(gv.v[j]) * W[j] * to_f(xv.v[j]);
+    }
+    s = group_reduce(s * a.rstd[row], blockDim.x, red, parity);
+    if (threadIdx.x == 0)
+      a.rowc[row] = s * (1.f / (float)a.N);
+  }
+}
+
+enum { SPLIT_BLOCK = 256 };
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(SPLIT_BLOCK) rms_bwd_cols(BwdArgs a)
+{
+  pdl_begin(a.pdl);
+  const int v = blockIdx.x * blockDim.x + threadIdx.x;
+  if (v >= a.N / VEC)
+    return;
+  const int64_t begin = (int64_t)blockIdx.y * a.chunk, end = min(a.M, begin + a.chunk);
+  float W[VEC], dw[1][VEC];
+  load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
+  zero(dw);
+#pragma unroll 4
+  for (int64_t row = begin; row < end; row++) {
+    const float r = a.rstd[row], c = a.rowc[row];
+    const Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v), gv = load<T, VEC>(a.dy, row, a.sdy, v);
+    Pack<T, VEC> o, dr;
+    if (a.dres)
+      dr = load<T, VEC>(a.dres, row, a.sdres, v);
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      const float dy = to_f(gv.v[j]), xh = to_f(xv.v[j]) * r;
+      float dx = r * (dy * W[j] - xh * c);
+      if (a.dres)
+        dx += to_f(dr.v[j]);
+      o.v[j] = from_f<T>(dx);
+      dw[0][j] += dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
+    }
+    store<T, VEC>(a.dx, row, a.sdx, v, o);
+  }
+  if (a.partials)
+    put_floats<VEC>(a.partials + (int64_t)blockIdx.y * a.N, v, dw[0]);
+  else if (a.accum)
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      atomicAdd(a.accum + v * VEC + j, dw[0][j]);
+}
+
 /* dW[col] = sum over rows p of P[p][col], in row order within each of 16 row lanes, then
  * lane order: deterministic. 32 columns per CTA, 16 lanes of rows. */
 template <typename TW>
@@ -462,6 +534,10 @@ struct Plan {
   int64_t chunk;
   int stages;            /* PIPE: rows in flight per thread */
   bool acc_smem;         /* looping kernel: dW accumulated in shared memory */
+  bool split;            /* rms_bwd_rowc (`pre`, `pre_grid` CTAs), then rms_bwd_cols over
+                          * c.grid x col_blocks CTAs, chunk rows each */
+  const void *pre;
+  int64_t pre_grid, col_blocks;
   bool fused;
   int64_t partial_rows;  /* rows of the fp32 partials/temp buffer (0: none) */
   bool accum_in_ws;      /* atomic reduction into an fp32 accumulator in the workspace */
@@ -486,6 +562,33 @@ const void *kernel_for(const RowCfg &c, int flavor)
   return kp;
 }
 
+/* The split path (rms_bwd_rowc, then rms_bwd_cols): the row reduction on as many CTAs as fit
+ * (at most one per row), the columns on about as many as fit the GPU once, column blocks x
+ * row chunks. */
+template <typename T>
+int plan_split(const nlk_norm *k, Plan *p)
+{
+  const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
+  const bool v1 = p->c.vec == 1;
+  p->pre = v1 ? (const void *)rms_bwd_rowc<T, 1> : (const void *)rms_bwd_rowc<T, 16 / sizeof(T)>;
+  p->kernel = v1 ? (const void *)rms_bwd_cols<T, 1> : (const void *)rms_bwd_cols<T, 16 / sizeof(T)>;
+  p->smem = 0;
+  p->acc_smem = p->fused = false;
+  p->stages = 0;
+  const int64_t pre = (int64_t)k->sm_count * occupancy(p->pre, LOOP_BLOCK, 0);
+  p->pre_grid = pre < k->M ? pre : k->M;
+  p->col_blocks = (k->N / p->c.vec + SPLIT_BLOCK - 1) / SPLIT_BLOCK;
+  const int64_t fit = (int64_t)k->sm_count * occupancy(p->kernel, SPLIT_BLOCK, 0);
+  int64_t chunks = (fit + p->col_blocks - 1) / p->col_blocks;
+  chunks = chunks > k->M ? k->M : chunks < 1 ? 1 : chunks;
+  p->chunk = (k->M + chunks - 1) / chunks;
+  p->c.grid = (k->M + p->chunk - 1) / p->chunk;
+  p->c.block = SPLIT_BLOCK;
+  p->partial_rows = dw && !atomic ? p->c.grid : 0;
+  p->accum_in_ws = dw && atomic && k->wdt != NLK_F32;
+  return NLK_OK;
+}
+
 /* partials and persistent stage rmsnorm.bwd.stages rows, fewer when one group's staging
  * would not fit the shared memory; rows too wide for two stages (or for dW in registers) run
  * the two-pass looping kernel. */
@@ -505,6 +608,14 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
   if (m == BLOCKROW && p->c.items == 0)
     return NLK_ERR_UNSUPPORTED;
   p->stages = stages;
+  /* split where the looping kernel's dW row would spill out of shared memory (3x for bf16
+   * at N = 65536 on an H100), and for 16-bit rows from split_min_n (fp32 rows are faster in
+   * the looping kernel until then: 2167 against 1631 GB/s at N = 16384) */
+  const bool dw_spills = k->N * (int64_t)sizeof(float) > smem_budget();
+  p->split = p->flavor == PIPE && p->c.items == 0 &&
+             (dw_spills || (sizeof(T) == 2 && k->split_min_n > 0 && k->N >= k->split_min_n));
+  if (p->split)
+    return plan_split<T>(k, p);
   p->kernel = p->c.vec == 1 ? kernel_for<T, 1>(p->c, p->flavor)
                             : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor);
   const int64_t per_cta = rows_per_cta(p->c);
@@ -558,7 +669,8 @@ size_t workspace_t(const nlk_norm *k, Mapping m)
   Plan p;
   if (make_plan<T>(k, m, &p) != NLK_OK)
     return 0;
-  return (size_t)(p.partial_rows + (p.accum_in_ws ? 1 : 0)) * (size_t)k->N * sizeof(float);
+  return ((size_t)(p.partial_rows + (p.accum_in_ws ? 1 : 0)) * (size_t)k->N +
+          (p.split ? (size_t)k->M : 0)) * sizeof(float);
 }
 
 template <typename T>
@@ -572,23 +684,29 @@ int launch_t(nlk_norm *k, Mapping m)
   const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
   float *ws = (float *)k->ws;
   BwdArgs a = {k->x, k->dy, k->dres, k->w, k->dx, k->dw, k->rstd,
-               p.partial_rows ? ws : NULL, NULL, (unsigned int *)k->sync,
+               p.partial_rows ? ws : NULL, NULL, NULL, (unsigned int *)k->sync,
                k->sx, k->sdy, k->sdres, k->sdx, k->M, p.chunk,
                (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.fused, k->wdt == NLK_F32,
                p.stages, k->pdl && !p.fused, p.acc_smem, k->offset};
+  if (p.split)
+    a.rowc = ws + (size_t)(p.partial_rows + (p.accum_in_ws ? 1 : 0)) * (size_t)k->N;
   if (dw && atomic) {
     a.accum = p.accum_in_ws ? ws : (float *)k->dw;
     rc = cuda_result(k, cudaMemsetAsync(a.accum, 0, (size_t)k->N * sizeof(float), s));
     if (rc != NLK_OK)
       return rc;
   }
-  k->grid = (int32_t)p.c.grid;
+  k->grid = (int32_t)(p.split ? p.c.grid * p.col_blocks : p.c.grid);
   k->block = p.c.block;
   void *args[] = {&a};
   if (p.fused)
     rc = cuda_result(k, cudaLaunchCooperativeKernel(p.kernel, dim3((unsigned)p.c.grid),
                                                     dim3(p.c.block), args, p.smem, s));
-  else
+  else if (p.split) {
+    rc = launch_norm(k, p.pre, p.pre_grid, LOOP_BLOCK, 0, args);
+    if (rc == NLK_OK)
+      rc = launch_norm(k, p.kernel, p.col_blocks, SPLIT_BLOCK, 0, args, (unsigned)p.c.grid);
+  } else
     rc = launch_norm(k, p.kernel, p.c.grid, p.c.block, p.smem, args);
   if (rc != NLK_OK || !dw)
     return rc;
