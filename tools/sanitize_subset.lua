@@ -1,14 +1,15 @@
 -- A representative subset of the CUDA kernels for compute-sanitizer (memcheck, racecheck):
 -- every rmsnorm/add_rmsnorm strategy, forward and backward, on shapes that reach each code
 -- path (vector and scalar packs, one and several rows per CTA, the looping kernels, the
--- fused grid reduction, the cp.async pipelines, atomics, in place). Small shapes: the tools
+-- backward's split path with several rows per chunk (64 x 40000 bf16), the fused grid
+-- reduction, the cp.async pipelines, atomics, in place). Small shapes: the tools
 -- slow kernels down a lot.
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
 local nl = require("normlab")
 local dev = nl.device("cuda")
 -- Every shape, then two of them again with programmatic dependent launch (cuda.pdl).
 local passes = {{pdl = 0, shapes = {{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 40000}}},
-  {pdl = 1, shapes = {{37, 1024}, {9, 4096}}}}
+  {pdl = 1, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}}}
 local runs = 0
 for _, pass in ipairs(passes) do
   nl.set("cuda.pdl", pass.pdl)
