@@ -16,9 +16,11 @@
  * partials and persistent share one pipelined kernel: a thread always owns the same columns,
  * so its weight packs and dW accumulators live in registers for the whole kernel, while
  * its x, dy (and dres) packs of the next rmsnorm.bwd.stages - 1 rows are in flight through
- * cp.async into shared memory; DRAM stays busy across every row's reduction. Every
- * reduction sums in a fixed order, so results are bitwise reproducible; the `atomic`
- * reduction (fp32 atomicAdd into an accumulator) is not.
+ * cp.async into shared memory; DRAM stays busy across every row's reduction. Rows wider
+ * than their registers hold loop over the row twice, or (16-bit rows from
+ * rmsnorm.bwd.split_min_n, and any row whose dW outgrows shared memory) split into a row
+ * kernel and a column kernel. Every reduction sums in a fixed order, so results are
+ * bitwise reproducible; the `atomic` reduction (fp32 atomicAdd into an accumulator) is not.
  * dx may overwrite dy in place: each thread reads its packs of a row before writing them.
  */
 #include "common.cuh"
