@@ -37,7 +37,7 @@ struct BwdArgs {
   float *rowc;      /* split: [M] per-row sum(dy * W * xhat) / N */
   unsigned int *sync;
   int64_t sx, sdy, sdres, sdx;
-  int64_t M, chunk; /* chunk > 0: CTA b owns rows [b*chunk, (b+1)*chunk) */
+  int64_t M, chunk; /* chunk > 0: CTA b (split: CTA row b) owns rows [b*chunk, (b+1)*chunk) */
   int N, group, wf32, cast, fused, dw_f32, stages, pdl;
   int acc_smem;     /* looping kernel: dW accumulates in shared memory (N floats) */
   float offset;
@@ -414,14 +414,14 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
   }
 }
 
-/* Rows from rmsnorm.bwd.split_min_n that the looping kernel would take: the row reduction
- * and the columns run as two kernels. rms_bwd_rowc reduces each row's c = sum(dy * W *
- * xhat) / N (CTAs stride over rows); in rms_bwd_cols a thread owns one pack of columns over
- * a contiguous chunk of rows (blockIdx.y), so its weight and dW stay in registers for any
- * N, where the looping kernel's row of dW outgrows shared memory (N > 58112 on sm_90) and
- * goes to global memory. x and dy are read twice: five streams where the minimum is three
- * (55% of the roofline on an H100). No barrier after the column split, so threads past the
- * row return at once. */
+/* Rows the looping kernel would take, where its dW row outgrows shared memory (N > 58112
+ * on sm_90: it then goes to global memory) or, for 16-bit rows, from
+ * rmsnorm.bwd.split_min_n: the row reduction and the columns run as two kernels.
+ * rms_bwd_rowc reduces each row's c = sum(dy * W * xhat) / N (CTAs stride over rows); in
+ * rms_bwd_cols a thread owns one pack of columns over a contiguous chunk of rows
+ * (blockIdx.y), so its weight and dW stay in registers for any N. x and dy are read twice:
+ * five streams where the minimum is three (55% of the roofline on an H100). No barrier
+ * after the column split, so threads past the row return at once. */
 template <typename T, int VEC>
 __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_rowc(BwdArgs a)
 {
