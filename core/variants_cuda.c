@@ -101,7 +101,7 @@ static const char *auto_fwd(const nl_ctx *ctx, const nlk_norm *k)
  * (partials for fp32 rows up to fp32_partials_max_n), partials from partials_min_m, row
  * below; a requested reduction steers it to a variant that has one (temp: row; atomic: not
  * partials). fp32 favours partials' contiguous row chunks over persistent's grid stride:
- * 2-6% on an H100 at M = 1024 to 32768 and N = 1024 to 8192, up to 20% on an H200 at
+ * 2-11% on an H100 at M = 1024 to 32768 and N = 1024 to 8192, up to 20% on an H200 at
  * M = 4096 (notes/perf-2026-11-22e.md); bf16 and fp16 do not. */
 static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
 {
