@@ -133,7 +133,7 @@ local ARG_KEYS = "x, residual, dy, dres, w, b, rstd, mean, y, residual_out, dx, 
 
 -- Unknown keys are errors: a typo must not silently become a missing buffer.
 -- The first n elements of a C array as a Lua list of numbers.
-local function list(arr, n)
+local function numbers(arr, n)
   local t = {}
   for i = 1, n do
     t[i] = tonumber(arr[i - 1])
@@ -276,7 +276,7 @@ function Buffer.read(b, offset, count)
   end
   local tmp = ffi.new("double[?]", count + 1)
   check(C.nl_buf_read_f64(ctx, p, offset, count, tmp))
-  return list(tmp, count)
+  return numbers(tmp, count)
 end
 
 function Buffer.write(b, offset, values)
@@ -344,7 +344,7 @@ function M.encode(dt, values)
     src[i - 1] = checknum(values[i], "values[" .. i .. "]")
   end
   C.nl_convert(C.NL_F64, src, dt, dst, n)
-  return list(dst, n)
+  return numbers(dst, n)
 end
 
 function M.decode(dt, bits)
@@ -359,7 +359,7 @@ function M.decode(dt, bits)
     src[i - 1] = b
   end
   C.nl_convert(dt, src, C.NL_F64, dst, n)
-  return list(dst, n)
+  return numbers(dst, n)
 end
 
 function M.version()
