@@ -365,11 +365,11 @@ FwdArgs fwd_args(const nlk_norm *k, int group, int stages)
                  k->offset, k->eps};
 }
 
-/* Everything a launch decides before it starts. */
 /* The one-row kernels: x held in registers across the reduction with the weight read after
  * it (LEAN) or loaded with x (EARLY), or x read twice (RELOAD). */
 enum OneRow { LEAN, EARLY, RELOAD };
 
+/* Everything a launch decides before it starts. */
 struct Plan {
   RowCfg c;
   bool pipe;     /* the persistent kernel (else one-row or looping) */
