@@ -74,6 +74,8 @@ static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
   k->loop_ctas = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_LOOP_CTAS_PER_SM);
   k->split_min_n = (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_SPLIT_MIN_N);
   k->fused_reduce = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_FUSED_REDUCE);
+  k->cluster = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_CLUSTER);
+  k->grid_sms = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_GRID_SMS);
   k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_STAGES);
 }
 

@@ -72,6 +72,9 @@ typedef struct nlk_norm {
                            * row kernel and a column kernel instead (0: only where the looping
                            * kernel's dW row outgrows shared memory) */
   int32_t fused_reduce;   /* persistent backward: reduce dW partials in-kernel after a grid barrier */
+  int32_t grid_sms;       /* persistent / partials backward: SMs the grid spans (0: all) */
+  int32_t cluster;        /* pipelined backward (sm_90): CTAs per cluster summing dW through
+                           * distributed shared memory, one partial row per cluster */
   int32_t stages;         /* pipelined kernels (persistent, partials backward): rows each
                            * thread has in flight, the current one included (2..4) */
   int32_t early_weight;   /* one-row forward: load the weight with x, before the reduction */

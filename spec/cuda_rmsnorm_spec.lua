@@ -276,7 +276,7 @@ describe("CUDA rmsnorm #cuda", function()
     release(p)
   end)
 
-  it_cuda("in-place backward, fp32-atomic reductions, the fused in-kernel reduction",
+  it_cuda("in-place backward, fp32-atomic reductions, the fused in-kernel reduction, clusters",
     function()
       for _, s in ipairs({{199, 1024}, {4099, 4096}, {37, 65536}}) do
         local p = problem(s[1], s[2], "bf16")
@@ -288,6 +288,15 @@ describe("CUDA rmsnorm #cuda", function()
         with_settings({["rmsnorm.bwd.fused_reduce"] = 1}, function()
           check_bwd(p, "persistent")
         end)
+        -- clusters summing dW through distributed shared memory (sm_90; elsewhere the plan
+        -- falls back to a partial row per CTA), CTAs past the last row included
+        for _, c in ipairs({2, 4, 8}) do
+          with_settings({["rmsnorm.bwd.cluster"] = c}, function()
+            check_bwd(p, "persistent")
+            check_bwd(p, "partials")
+            check_bwd(p, "persistent", {inplace = true})
+          end)
+        end
         release(p)
       end
     end)
@@ -303,6 +312,8 @@ describe("CUDA rmsnorm #cuda", function()
             ["rmsnorm.fwd.stages"] = 2 + (items + block) % 3,
             ["rmsnorm.bwd.stages"] = 2 + (items + block + 1) % 3,
             ["rmsnorm.bwd.fused_reduce"] = (items + block) % 2,
+            ["rmsnorm.bwd.cluster"] = 2 ^ ((items + block / 32) % 4),
+            ["rmsnorm.bwd.grid_sms"] = (items + block) % 3 * 7,
             ["rmsnorm.fwd.early_weight_max_n"] = (items + block + 1) % 2 * 2 ^ 24,
             ["rmsnorm.fwd.staged_items"] = block == 1024 and 64 or items,
             ["rmsnorm.fwd.reload_min_n"] = (items + block / 32) % 2,

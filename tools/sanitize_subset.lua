@@ -2,7 +2,8 @@
 -- every rmsnorm/add_rmsnorm strategy, forward and backward, on shapes that reach each code
 -- path (vector and scalar packs, one and several rows per CTA, the looping kernels, the
 -- backward's split path with several rows per chunk (64 x 40000 bf16), the fused grid
--- reduction, the cp.async pipelines, atomics, in place). Small shapes: the tools
+-- reduction, clusters summing dW in distributed shared memory, the cp.async pipelines,
+-- atomics, in place). Small shapes: the tools
 -- slow kernels down a lot.
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
 local nl = require("normlab")
@@ -57,9 +58,13 @@ for _, pass in ipairs(passes) do
       nl.set("rmsnorm.bwd.fused_reduce", 1)
       local dx3, dw3 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "persistent"})
       nl.set("rmsnorm.bwd.fused_reduce", 0)
+      nl.set("rmsnorm.bwd.cluster", 4)
+      local dx4, dw4 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "persistent"})
+      local dx5, dw5 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "partials"})
+      nl.set("rmsnorm.bwd.cluster", 1)
       dev:sync()
-      for _, b in ipairs({dyc, dw, dx3, dw3, rstd, x, res, dy, w}) do b:free() end
-      runs = runs + 2
+      for _, b in ipairs({dyc, dw, dx3, dw3, dx4, dw4, dx5, dw5, rstd, x, res, dy, w}) do b:free() end
+      runs = runs + 4
     end
   end
 end

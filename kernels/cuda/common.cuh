@@ -575,21 +575,35 @@ __device__ __forceinline__ void pdl_begin(int on)
 #endif
 }
 
-/* Launches a norm kernel (whose first statement is pdl_begin()) on k's stream: grid x grid_y
- * CTAs. */
-__host__ inline int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block,
-                                size_t smem, void **args, unsigned grid_y = 1)
+/* The launch attributes of a norm kernel: programmatic dependent launch when pdl, clusters of
+ * `cluster` CTAs along x when above 1. Returns how many it set. */
+__host__ inline unsigned norm_attrs(cudaLaunchAttribute (&attr)[2], int pdl, int cluster)
 {
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+  unsigned n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n++].val.clusterDim = {(unsigned)cluster, 1, 1};
+  }
+  return n;
+}
+
+/* Launches a norm kernel (whose first statement is pdl_begin()) on k's stream: grid x grid_y
+ * CTAs, in clusters of `cluster` along x. */
+__host__ inline int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block,
+                                size_t smem, void **args, unsigned grid_y = 1, int cluster = 1)
+{
+  cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)grid, grid_y);
   cfg.blockDim = dim3((unsigned)block);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = (cudaStream_t)k->stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = k->pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = norm_attrs(attr, k->pdl, cluster);
   return cuda_result(k, cudaLaunchKernelExC(&cfg, kernel, args));
 }
 
@@ -666,6 +680,34 @@ __host__ inline int occupancy(const void *kernel, int block, size_t smem)
     n = 1;
   if (used < 256)
     memo[used++] = entry{kernel, block, smem, n};
+  return n;
+}
+
+/* How many clusters of `cluster` CTAs of a kernel the GPU holds at once (0 before sm_90,
+ * which has no clusters), memoised like occupancy(). */
+__host__ inline int max_clusters(const void *kernel, int cluster, int block, size_t smem)
+{
+  struct entry { const void *kernel; int cluster, block; size_t smem; int n; };
+  static entry memo[64];
+  static int used;
+  for (int i = 0; i < used; i++)
+    if (memo[i].kernel == kernel && memo[i].cluster == cluster && memo[i].block == block &&
+        memo[i].smem == smem)
+      return memo[i].n;
+  cudaLaunchAttribute attr[2];
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)cluster);
+  cfg.blockDim = dim3((unsigned)block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.attrs = attr;
+  cfg.numAttrs = norm_attrs(attr, 0, cluster);
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  if (used < 64)
+    memo[used++] = entry{kernel, cluster, block, smem, n};
   return n;
 }
 

@@ -14,7 +14,9 @@
  *              (cooperative launch: co-residency guaranteed; rmsnorm.bwd.fused_reduce) or by
  *              the reduce kernel. Big CTAs and few of them keep the partials small at small M.
  * partials and persistent share one pipelined kernel: a thread always owns the same columns,
- * so its weight packs and dW accumulators live in registers for the whole kernel, while
+ * so its weight packs and dW accumulators live in registers for the whole kernel (at its end,
+ * clusters of rmsnorm.bwd.cluster CTAs on sm_90 sum their dW through distributed shared
+ * memory and write one partial row per cluster), while
  * its x, dy (and dres) packs of the next rmsnorm.bwd.stages - 1 rows are in flight through
  * cp.async into shared memory; DRAM stays busy across every row's reduction. Rows wider
  * than their registers hold loop over the row twice, or (16-bit rows from
@@ -40,6 +42,7 @@ struct BwdArgs {
   int64_t M, chunk; /* chunk > 0: CTA b (split: CTA row b) owns rows [b*chunk, (b+1)*chunk) */
   int N, group, wf32, cast, fused, dw_f32, stages, pdl;
   int acc_smem;     /* looping kernel: dW accumulates in shared memory (N floats) */
+  int cluster;      /* pipelined kernel: CTAs per cluster, one partial row each cluster */
   float offset;
 };
 
@@ -190,18 +193,72 @@ __device__ __forceinline__ void emit(const BwdArgs &a, int col, float v)
     atomicAdd(a.accum + col, v);
 }
 
+/* The cluster's dW (sm_90, C CTAs; N a multiple of 4), once each CTA has put its groups' dW
+ * rows (R x N) into its own shared memory `sm`: CTA q of the cluster sums the q-th slice of
+ * the columns over the cluster's CTAs and their groups (rank order, then group order)
+ * through distributed shared memory, into the cluster's partial row `out`, four columns at
+ * a time: C times fewer partial rows to write and to reduce. The cluster barriers: every
+ * peer's rows are written before any is read, and each CTA's shared memory stays alive
+ * until its peers have read it. */
+__device__ __forceinline__ void cluster_sum(float *out, const float *sm, int N, int R, int C)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  unsigned q, base = (unsigned)__cvta_generic_to_shared(sm);
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(q));
+  const int units = N / 4, per = (units + C - 1) / C, u1 = min(units, ((int)q + 1) * per);
+  for (int u = (int)q * per + threadIdx.x; u < u1; u += blockDim.x) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int k = 0; k < C; k++) {
+      unsigned peer;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(base), "r"(k));
+      for (int r = 0; r < R; r++) {
+        float4 v;
+        asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                     : "r"(peer + (unsigned)((r * N + u * 4) * 4)));
+        acc.x += v.x;
+        acc.y += v.y;
+        acc.z += v.z;
+        acc.w += v.w;
+      }
+    }
+    reinterpret_cast<float4 *>(out)[u] = acc;
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
 /* The CTA's dW: each group's register accumulators go to its own row of N floats in shared
- * memory (R x N, `sm`), then every column is summed in group order and emitted. */
-template <int VEC, int ITEMS>
+ * memory (R x N, `sm`), then every column is summed in group order and emitted, or summed
+ * over the cluster (cluster_sum). A CTA of one group outside clusters stores its registers
+ * straight into its partial row. The barrier first: `sm` may be the pipeline's staging,
+ * which other threads may still read. */
+template <int VEC, int ITEMS, bool CLUSTERS = false>
 __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS][VEC], int lane,
                                        int G, int nvec, float *sm)
 {
   const Group g(G);
+  if (g.per_cta == 1 && a.partials && (!CLUSTERS || a.cluster <= 1)) {
+    float *row = a.partials + (int64_t)blockIdx.x * a.N;
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++)
+      if (lane + i * G < nvec)
+        put_floats<VEC>(row, lane + i * G, dw[i]);
+    return;
+  }
+  __syncthreads();
   float *mine = sm + (int64_t)g.idx * a.N;
 #pragma unroll
   for (int i = 0; i < ITEMS; i++)
     if (lane + i * G < nvec)
       put_floats<VEC>(mine, lane + i * G, dw[i]);
+  if constexpr (CLUSTERS)
+    if (a.cluster > 1) {
+      cluster_sum(a.partials + (int64_t)(blockIdx.x / a.cluster) * a.N, sm, a.N, g.per_cta,
+                  a.cluster);
+      return;
+    }
   __syncthreads();
   for (int col = threadIdx.x; col < a.N; col += blockDim.x) {
     float sum = 0.f;
@@ -258,9 +315,9 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
  * with a trip count uniform across the CTA; idle groups still join the barriers. Stage s of
  * a thread's staging holds its x, dy (and dres) packs and the rstd of the row s iterations
  * ahead; each iteration tops the pipeline up, waits for the oldest stage and works on it from
- * registers. dW stays in registers until the end: the CTA's row of partials, then (fused)
- * a grid barrier and this CTA's slice of the final reduction. */
-template <typename T, int VEC, int ITEMS>
+ * registers. dW stays in registers until the end: the CTA's row of partials (CLUSTER: the
+ * cluster's), then (fused) a grid barrier and this CTA's slice of the final reduction. */
+template <typename T, int VEC, int ITEMS, bool CLUSTER>
 __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs a)
 {
   pdl_begin(a.pdl);
@@ -333,8 +390,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
   copy_wait(0);
   if (!a.partials && !a.accum)
     return;
-  __syncthreads(); /* the staging is no longer read: it takes the groups' dW rows */
-  cta_dw<VEC, ITEMS>(a, dw, lane, G, nvec, dyn);
+  cta_dw<VEC, ITEMS, CLUSTER>(a, dw, lane, G, nvec, dyn);
   if (a.fused) {
     __threadfence();
     grid_barrier(a.sync);
@@ -486,35 +542,64 @@ __global__ void __launch_bounds__(SPLIT_BLOCK) rms_bwd_cols(BwdArgs a)
 }
 
 /* dW[col] = sum over rows p of P[p][col], in row order within each of 16 row lanes, then
- * lane order: deterministic. 32 columns per CTA, 16 lanes of rows. */
-template <typename TW>
+ * lane order: deterministic, and the same bits for either V. A thread sums V adjacent
+ * columns (16-byte loads when V = 4) and has up to 8 of its rows in flight; the partials were
+ * just written and mostly come from L2, so the latency of few loads in flight, not DRAM,
+ * bounded the scalar version. */
+template <typename TW, int V>
 __global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, int N, TW *dw)
 {
-  __shared__ float red[16][33];
+  using F = std::conditional_t<V == 4, float4, float>;
+  __shared__ __align__(16) float red[16][32 * V];
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-  const int col = blockIdx.x * 32 + tx;
-  float acc = 0.f;
+  const int col = (blockIdx.x * 32 + tx) * V;
+  float acc[V] = {};
+  auto add = [&](const F &f) {
+    const float *e = reinterpret_cast<const float *>(&f);
+#pragma unroll
+    for (int j = 0; j < V; j++)
+      acc[j] += e[j];
+  };
   if (col < N) {
     int64_t p = ty;
-    for (; p + 48 < rows; p += 64) {
-      const float a0 = P[p * N + col], a1 = P[(p + 16) * N + col];
-      const float a2 = P[(p + 32) * N + col], a3 = P[(p + 48) * N + col];
-      acc += a0;
-      acc += a1;
-      acc += a2;
-      acc += a3;
+    for (; p + 7 * 16 < rows; p += 8 * 16) {
+      F f[8];
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        f[k] = __ldcs(reinterpret_cast<const F *>(P + (p + 16 * k) * N + col));
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        add(f[k]);
     }
     for (; p < rows; p += 16)
-      acc += P[p * N + col];
+      add(__ldcs(reinterpret_cast<const F *>(P + p * N + col)));
   }
-  red[ty][tx] = acc;
+#pragma unroll
+  for (int j = 0; j < V; j++)
+    red[ty][tx * V + j] = acc[j];
   __syncthreads();
-  if (ty == 0 && col < N) {
+  const int t = threadIdx.x, c = blockIdx.x * 32 * V + t;
+  if (t < 32 * V && c < N) {
     float s = 0.f;
     for (int y = 0; y < 16; y++)
-      s += red[y][tx];
-    dw[col] = from_f<TW>(s);
+      s += red[y][t];
+    dw[c] = from_f<TW>(s);
   }
+}
+
+/* Four columns per thread where N allows and the grid of N / 128 CTAs still covers half the
+ * SMs (on fewer, the per-SM share of the partials takes longer than the latency it hides). */
+template <typename TW>
+int launch_dw_reduce(nlk_norm *k, const float *P, int64_t rows, TW *dw)
+{
+  const int N = (int)k->N;
+  const bool wide = N % 4 == 0 && (int64_t)N / 128 >= k->sm_count / 2;
+  cudaStream_t s = (cudaStream_t)k->stream;
+  if (wide)
+    dw_reduce<TW, 4><<<(unsigned)((N + 127) / 128), 512, 0, s>>>(P, rows, N, dw);
+  else
+    dw_reduce<TW, 1><<<(unsigned)((N + 31) / 32), 512, 0, s>>>(P, rows, N, dw);
+  return cuda_result(k, cudaGetLastError());
 }
 
 /* The atomic reduction's fp32 accumulator into dW's dtype (fp32 dW is accumulated in place). */
@@ -541,12 +626,13 @@ struct Plan {
   const void *pre;
   int64_t pre_grid, col_blocks;
   bool fused;
+  int cluster;           /* PIPE: CTAs per cluster, which share one partial row (1: none) */
   int64_t partial_rows;  /* rows of the fp32 partials/temp buffer (0: none) */
   bool accum_in_ws;      /* atomic reduction into an fp32 accumulator in the workspace */
 };
 
 template <typename T, int VEC>
-const void *kernel_for(const RowCfg &c, int flavor)
+const void *kernel_for(const RowCfg &c, int flavor, bool cluster = false)
 {
   if (c.items == 0)
     return (const void *)rms_bwd_loop<T, VEC>;
@@ -557,8 +643,14 @@ const void *kernel_for(const RowCfg &c, int flavor)
       kp = (const void *)rms_bwd_one<T, VEC, IT, DIRECT>;
     else if (flavor == REGS)
       kp = (const void *)rms_bwd_one<T, VEC, IT, REGS>;
-    else if constexpr (BWD_LIMITS[PIPE](IT) > 0)
-      kp = (const void *)rms_bwd_pipe<T, VEC, IT>;
+    else if constexpr (BWD_LIMITS[PIPE](IT) > 0) {
+      /* no cluster instance at one item: at 1024 threads (64 registers) it would spill */
+      if constexpr (IT > 1)
+        kp = cluster ? (const void *)rms_bwd_pipe<T, VEC, IT, true>
+                     : (const void *)rms_bwd_pipe<T, VEC, IT, false>;
+      else
+        kp = cluster ? NULL : (const void *)rms_bwd_pipe<T, VEC, IT, false>;
+    }
     return 0;
   });
   return kp;
@@ -577,6 +669,7 @@ int plan_split(const nlk_norm *k, Plan *p)
   p->smem = 0;
   p->acc_smem = p->fused = false;
   p->stages = 0;
+  p->cluster = 1;
   const int64_t pre = (int64_t)k->sm_count * occupancy(p->pre, LOOP_BLOCK, 0);
   p->pre_grid = pre < k->M ? pre : k->M;
   p->col_blocks = (k->N / p->c.vec + SPLIT_BLOCK - 1) / SPLIT_BLOCK;
@@ -643,8 +736,27 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
     return NLK_ERR_UNSUPPORTED;
   const int64_t groups = (k->M + per_cta - 1) / per_cta;
   int64_t grid = groups;
+  /* clusters: only the pipelined kernel sums dW across CTAs (its CLUSTER instance), and only
+   * into partials; no more CTAs than the GPU holds in clusters at once (none before sm_90:
+   * no clusters then) */
+  p->cluster = 1;
+  int64_t cluster_cap = 0;
+  if (p->flavor == PIPE && p->c.items != 0 && dw && !atomic && !p->fused && k->cluster > 1 &&
+      k->N % 4 == 0) {
+    const void *kc = p->c.vec == 1 ? kernel_for<T, 1>(p->c, p->flavor, true)
+                                   : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor, true);
+    if (kc && allow_smem(kc, p->smem) == cudaSuccess)
+      cluster_cap = (int64_t)max_clusters(kc, k->cluster, p->c.block, p->smem) * k->cluster;
+    if (cluster_cap >= k->cluster) {
+      p->cluster = k->cluster;
+      p->kernel = kc;
+    }
+  }
+  const int64_t sms = k->grid_sms > 0 && k->grid_sms < k->sm_count ? k->grid_sms : k->sm_count;
   if (m == PARTIALS) {
-    grid = k->sm_count < groups ? k->sm_count : groups;
+    grid = sms < groups ? sms : groups;
+    if (p->cluster > 1 && grid > cluster_cap)
+      grid = cluster_cap;
     p->chunk = (k->M + grid - 1) / grid;
     grid = (k->M + p->chunk - 1) / p->chunk;
   } else if (m == PERSISTENT) {
@@ -655,12 +767,16 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
     int per_sm = want > 0 ? want : occ;
     if (p->fused && per_sm > occ)
       per_sm = occ; /* a cooperative launch needs every CTA resident */
-    grid = (int64_t)k->sm_count * per_sm;
+    grid = sms * per_sm;
+    if (p->cluster > 1 && grid > cluster_cap)
+      grid = cluster_cap / p->cluster * p->cluster;
     if (grid > groups)
       grid = groups;
   }
+  /* a cluster's CTAs past the last row take no rows and add zeros */
+  grid = (grid + p->cluster - 1) / p->cluster * p->cluster;
   p->c.grid = grid;
-  p->partial_rows = dw && !atomic ? grid : 0;
+  p->partial_rows = dw && !atomic ? grid / p->cluster : 0;
   p->accum_in_ws = dw && atomic && k->wdt != NLK_F32;
   return NLK_OK;
 }
@@ -689,7 +805,7 @@ int launch_t(nlk_norm *k, Mapping m)
                p.partial_rows ? ws : NULL, NULL, NULL, (unsigned int *)k->sync,
                k->sx, k->sdy, k->sdres, k->sdx, k->M, p.chunk,
                (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.fused, k->wdt == NLK_F32,
-               p.stages, k->pdl && !p.fused, p.acc_smem, k->offset};
+               p.stages, k->pdl && !p.fused, p.acc_smem, p.cluster, k->offset};
   if (p.split)
     a.rowc = ws + (size_t)(p.partial_rows + (p.accum_in_ws ? 1 : 0)) * (size_t)k->N;
   if (dw && atomic) {
@@ -709,16 +825,14 @@ int launch_t(nlk_norm *k, Mapping m)
     if (rc == NLK_OK)
       rc = launch_norm(k, p.kernel, p.col_blocks, SPLIT_BLOCK, 0, args, (unsigned)p.c.grid);
   } else
-    rc = launch_norm(k, p.kernel, p.c.grid, p.c.block, p.smem, args);
+    rc = launch_norm(k, p.kernel, p.c.grid, p.c.block, p.smem, args, 1, p.cluster);
   if (rc != NLK_OK || !dw)
     return rc;
   if (p.partial_rows && !p.fused) {
-    dim3 grid((unsigned)((k->N + 31) / 32));
     if (k->wdt == NLK_F32)
-      dw_reduce<float><<<grid, 512, 0, s>>>(ws, p.partial_rows, (int)k->N, (float *)k->dw);
+      rc = launch_dw_reduce<float>(k, ws, p.partial_rows, (float *)k->dw);
     else
-      dw_reduce<T><<<grid, 512, 0, s>>>(ws, p.partial_rows, (int)k->N, (T *)k->dw);
-    rc = cuda_result(k, cudaGetLastError());
+      rc = launch_dw_reduce<T>(k, ws, p.partial_rows, (T *)k->dw);
   } else if (p.accum_in_ws) {
     dw_convert<T><<<(unsigned)((k->N + 255) / 256), 256, 0, s>>>(ws, (int)k->N, (T *)k->dw);
     rc = cuda_result(k, cudaGetLastError());
