@@ -121,6 +121,21 @@ __device__ __forceinline__ void load_in(const BwdArgs &a, int64_t row, int lane,
   r = a.rstd[row];
 }
 
+/* One element's gradients: returns dx = r * (dy * W - xhat * c), plus the residual gradient d
+ * when add_rmsnorm has one, and sets dW's contribution dy * xhat, xhat rounded to T as the
+ * forward used it (except in gemma mode). */
+template <typename T>
+__device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float W, float r, float c,
+                                      float d, float &contrib)
+{
+  const float xh = x * r;
+  float dx = r * (dy * W - xh * c);
+  if (a.dres)
+    dx += d;
+  contrib = dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
+  return dx;
+}
+
 /* One row: s = sum(dy * W * xhat) reduced over the group (every thread of the CTA calls
  * this the same number of times), dx = r * (dy * W - xhat * s / N) (+ the dres pack that
  * dres_of(item, pack) gives), and the row's dW contribution dy * xhat (xhat rounded to T as
@@ -160,24 +175,16 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec) {
-      Pack<T, VEC> o, dr;
-      float W[VEC], contrib[VEC], g[VEC], x[VEC], d[VEC];
+      Pack<T, VEC> o;
+      float W[VEC], contrib[VEC], g[VEC], x[VEC], d[VEC] = {};
       wt.get(i, v, W);
       unpack(gv[i], g);
       unpack(xv[i], x);
-      if (a.dres) {
-        dr = dres_of(i, v);
-        unpack(dr, d);
-      }
+      if (a.dres)
+        unpack(dres_of(i, v), d);
 #pragma unroll
-      for (int j = 0; j < VEC; j++) {
-        const float dy = g[j], xh = x[j] * r;
-        float dx = r * (dy * W[j] - xh * c);
-        if (a.dres)
-          dx += d[j];
-        o.v[j] = from_f<T>(dx);
-        contrib[j] = dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
-      }
+      for (int j = 0; j < VEC; j++)
+        o.v[j] = from_f<T>(grad<T>(a, g[j], x[j], W[j], r, c, d[j], contrib[j]));
       store<T, VEC>(a.dx, row, a.sdx, v, o);
       take(i, v, contrib);
     }
@@ -398,6 +405,27 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
   }
 }
 
+/* c = sum(dy * W * xhat) / N of one row, the CTA's threads striding over its packs and
+ * reducing (every thread of the CTA calls this): the first pass of the kernels for rows
+ * wider than registers hold. Loads stream (evict-first) when STREAM, for a row read once;
+ * the looping kernel's second pass reads the row again, from L2. */
+template <typename T, int VEC, bool STREAM>
+__device__ __forceinline__ float row_c(const BwdArgs &a, int64_t row, float r, float (*red)[32],
+                                       int &parity)
+{
+  float s = 0.f;
+  for (int v = threadIdx.x; v < a.N / VEC; v += blockDim.x) {
+    const Pack<T, VEC> xv = load<T, VEC, STREAM>(a.x, row, a.sx, v);
+    const Pack<T, VEC> gv = load<T, VEC, STREAM>(a.dy, row, a.sdy, v);
+    float W[VEC];
+    load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      s += to_f(gv.v[j]) * W[j] * to_f(xv.v[j]);
+  }
+  return group_reduce(s * r, blockDim.x, red, parity) * (1.f / (float)a.N);
+}
+
 /* Rows wider than registers hold: two passes over the row, the second re-reading x and dy
  * (mostly from L2). dW accumulates in a row of N floats that each column's thread alone
  * touches: in shared memory when it fits (acc_smem), else the CTA's partial row in global
@@ -408,7 +436,6 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
 {
   pdl_begin(a.pdl);
   const int nvec = a.N / VEC;
-  const float inv_n = 1.f / (float)a.N;
   __shared__ float red[2][32];
   extern __shared__ __align__(16) float dyn[];
   int parity = 0;
@@ -422,34 +449,18 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
   int64_t end = a.chunk > 0 ? min(a.M, begin + a.chunk) : a.M;
   int64_t step = a.chunk > 0 ? 1 : gridDim.x;
   for (int64_t row = begin; row < end; row += step) {
-    const float r = a.rstd[row];
-    float s = 0.f;
+    const float r = a.rstd[row], c = row_c<T, VEC, false>(a, row, r, red, parity);
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-      Pack<T, VEC> xv = load<T, VEC, false>(a.x, row, a.sx, v);
-      Pack<T, VEC> gv = load<T, VEC, false>(a.dy, row, a.sdy, v);
-      float W[VEC];
-      load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
-#pragma unroll
-      for (int j = 0; j < VEC; j++)
-        s += to_f(gv.v[j]) * W[j] * to_f(xv.v[j]);
-    }
-    s = group_reduce(s * r, blockDim.x, red, parity);
-    const float c = s * inv_n;
-    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-      Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v), gv = load<T, VEC>(a.dy, row, a.sdy, v), o, dr;
-      float W[VEC];
+      Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v), gv = load<T, VEC>(a.dy, row, a.sdy, v), o;
+      float W[VEC], d[VEC] = {};
       load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
       if (a.dres)
-        dr = load<T, VEC>(a.dres, row, a.sdres, v);
+        unpack(load<T, VEC>(a.dres, row, a.sdres, v), d);
 #pragma unroll
       for (int j = 0; j < VEC; j++) {
         const int col = v * VEC + j;
-        const float dy = to_f(gv.v[j]), xh = to_f(xv.v[j]) * r;
-        float dx = r * (dy * W[j] - xh * c);
-        if (a.dres)
-          dx += to_f(dr.v[j]);
-        o.v[j] = from_f<T>(dx);
-        const float contrib = dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
+        float contrib;
+        o.v[j] = from_f<T>(grad<T>(a, to_f(gv.v[j]), to_f(xv.v[j]), W[j], r, c, d[j], contrib));
         if (out)
           out[col] += contrib;
         else if (a.accum)
@@ -482,23 +493,12 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_rowc(BwdArgs a)
 {
   pdl_begin(a.pdl);
-  const int nvec = a.N / VEC;
   __shared__ float red[2][32];
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.M; row += gridDim.x) {
-    float s = 0.f;
-    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-      const Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v);
-      const Pack<T, VEC> gv = load<T, VEC>(a.dy, row, a.sdy, v);
-      float W[VEC];
-      load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
-#pragma unroll
-      for (int j = 0; j < VEC; j++)
-        s += to_f(gv.v[j]) * W[j] * to_f(xv.v[j]);
-    }
-    s = group_reduce(s * a.rstd[row], blockDim.x, red, parity);
+    const float c = row_c<T, VEC, true>(a, row, a.rstd[row], red, parity);
     if (threadIdx.x == 0)
-      a.rowc[row] = s * (1.f / (float)a.N);
+      a.rowc[row] = c;
   }
 }
 
@@ -519,17 +519,15 @@ __global__ void __launch_bounds__(SPLIT_BLOCK) rms_bwd_cols(BwdArgs a)
   for (int64_t row = begin; row < end; row++) {
     const float r = a.rstd[row], c = a.rowc[row];
     const Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v), gv = load<T, VEC>(a.dy, row, a.sdy, v);
-    Pack<T, VEC> o, dr;
+    Pack<T, VEC> o;
+    float d[VEC] = {};
     if (a.dres)
-      dr = load<T, VEC>(a.dres, row, a.sdres, v);
+      unpack(load<T, VEC>(a.dres, row, a.sdres, v), d);
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
-      const float dy = to_f(gv.v[j]), xh = to_f(xv.v[j]) * r;
-      float dx = r * (dy * W[j] - xh * c);
-      if (a.dres)
-        dx += to_f(dr.v[j]);
-      o.v[j] = from_f<T>(dx);
-      dw[0][j] += dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
+      float contrib;
+      o.v[j] = from_f<T>(grad<T>(a, to_f(gv.v[j]), to_f(xv.v[j]), W[j], r, c, d[j], contrib));
+      dw[0][j] += contrib;
     }
     store<T, VEC>(a.dx, row, a.sdx, v, o);
   }
@@ -629,7 +627,17 @@ struct Plan {
   int cluster;           /* PIPE: CTAs per cluster, which share one partial row (1: none) */
   int64_t partial_rows;  /* rows of the fp32 partials/temp buffer (0: none) */
   bool accum_in_ws;      /* atomic reduction into an fp32 accumulator in the workspace */
+  /* The workspace in floats: the partials (or temp), then the accumulator, then (split)
+   * the M row sums, which start at float rowc_at. */
+  size_t rowc_at, ws_floats;
 };
+
+/* Lays out the workspace once partial_rows, accum_in_ws and split are known. */
+inline void layout_ws(const nlk_norm *k, Plan *p)
+{
+  p->rowc_at = (size_t)(p->partial_rows + (p->accum_in_ws ? 1 : 0)) * (size_t)k->N;
+  p->ws_floats = p->rowc_at + (p->split ? (size_t)k->M : 0);
+}
 
 template <typename T, int VEC>
 const void *kernel_for(const RowCfg &c, int flavor, bool cluster = false)
@@ -681,6 +689,7 @@ int plan_split(const nlk_norm *k, Plan *p)
   p->c.block = SPLIT_BLOCK;
   p->partial_rows = dw && !atomic ? p->c.grid : 0;
   p->accum_in_ws = dw && atomic && k->wdt != NLK_F32;
+  layout_ws(k, p);
   return NLK_OK;
 }
 
@@ -778,6 +787,7 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
   p->c.grid = grid;
   p->partial_rows = dw && !atomic ? grid / p->cluster : 0;
   p->accum_in_ws = dw && atomic && k->wdt != NLK_F32;
+  layout_ws(k, p);
   return NLK_OK;
 }
 
@@ -787,8 +797,7 @@ size_t workspace_t(const nlk_norm *k, Mapping m)
   Plan p;
   if (make_plan<T>(k, m, &p) != NLK_OK)
     return 0;
-  return ((size_t)(p.partial_rows + (p.accum_in_ws ? 1 : 0)) * (size_t)k->N +
-          (p.split ? (size_t)k->M : 0)) * sizeof(float);
+  return p.ws_floats * sizeof(float);
 }
 
 template <typename T>
@@ -807,7 +816,7 @@ int launch_t(nlk_norm *k, Mapping m)
                (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.fused, k->wdt == NLK_F32,
                p.stages, k->pdl && !p.fused, p.acc_smem, p.cluster, k->offset};
   if (p.split)
-    a.rowc = ws + (size_t)(p.partial_rows + (p.accum_in_ws ? 1 : 0)) * (size_t)k->N;
+    a.rowc = ws + p.rowc_at;
   if (dw && atomic) {
     a.accum = p.accum_in_ws ? ws : (float *)k->dw;
     rc = cuda_result(k, cudaMemsetAsync(a.accum, 0, (size_t)k->N * sizeof(float), s));
