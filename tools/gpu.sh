@@ -53,6 +53,11 @@ for step in $steps; do
         --markdown "$OUT/tune_bwd.md"
       run tune_bwd_fused "${tune[@]}" --op rmsnorm.bwd --variants persistent --M 4096,32768 --N 4096,16384 \
         --set rmsnorm.bwd.fused_reduce=0,1 --markdown "$OUT/tune_bwd_fused.md"
+      # the persistent grid: SMs it spans, and clusters summing dW in distributed shared memory
+      run tune_bwd_grid "${tune[@]}" --op rmsnorm.bwd --variants auto --M 4096,16384,32768 --N 1024..16384 \
+        --set rmsnorm.bwd.grid_sms=0,128,124,120,112 --markdown "$OUT/tune_bwd_grid.md"
+      run tune_bwd_cluster "${tune[@]}" --op rmsnorm.bwd --variants auto --M 4096,32768 --N 1024..16384 \
+        --set rmsnorm.bwd.cluster=1,2,4,8 --markdown "$OUT/tune_bwd_cluster.md"
       run tune_fwd "${tune[@]}" --op rmsnorm.fwd --variants row,blockrow --M 4096,32768 --N 1024..16384 \
         --set rmsnorm.fwd.items=1,2,4 --set rmsnorm.fwd.early_weight_max_n=0,16384 --markdown "$OUT/tune_fwd.md"
       run tune_fwd_blockrow "${tune[@]}" --op rmsnorm.fwd --variants blockrow --M 4096 --N 1024,2048 \
