@@ -82,10 +82,10 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent and partials backward: rows each thread has in flight through cp.async, the current one included"},
   [NL_SET_RMS_BWD_FUSED_REDUCE] = {"rmsnorm.bwd.fused_reduce", 0, 0, 1, 1,
     "CUDA persistent backward: 1 reduces dW in the same kernel after a grid barrier, 0 launches the reduce kernel"},
-  [NL_SET_RMS_BWD_GRID_SMS] = {"rmsnorm.bwd.grid_sms", 0, 0, 1 << 16, 1,
-    "CUDA persistent and partials backward: SMs their grid spans (0: all of them; more than the GPU has: all)"},
   [NL_SET_RMS_BWD_CLUSTER] = {"rmsnorm.bwd.cluster", 1, 1, 8, 1,
     "CUDA persistent and partials backward (sm_90): CTAs per thread-block cluster, which sum their dW through distributed shared memory before writing one partial row per cluster (1: a partial row per CTA)"},
+  [NL_SET_RMS_BWD_GRID_SMS] = {"rmsnorm.bwd.grid_sms", 0, 0, 1 << 16, 1,
+    "CUDA persistent and partials backward: SMs their grid spans (0: all of them; more than the GPU has: all)"},
 };
 
 /* Defaults that differ by GPU model, from same-run sweeps on each (notes/perf-2026-11-22d.md
