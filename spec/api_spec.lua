@@ -384,6 +384,23 @@ describe("nl.bench", function()
     end
   end)
 
+  it("times an inference forward (stats = false): no rstd or mean written or counted", function()
+    local M, N = 16, 64
+    for _, c in ipairs({{op = "rmsnorm", stats = 1}, {op = "layernorm", stats = 2}}) do
+      local bytes = {}
+      for _, stats in ipairs({true, false}) do
+        local r = nl.bench({op = c.op, variants = {"row"}, M = M, N = N, dtype = "fp32",
+          device = "cpu", stats = stats, batches = 1, reps = 1, warmup_ms = 1, progress = false})
+        local row = r.rows[1]
+        assert.are.equal("ok", row.status, tostring(row.reason))
+        assert.are.equal(not stats, row.check.rstd == nil, c.op)
+        assert.is_true(row.check.y.ok, c.op)
+        bytes[stats] = row.bytes
+      end
+      assert.are.equal(c.stats * M * 4, bytes[true] - bytes[false], c.op)
+    end
+  end)
+
   it("turns unsupported cells into skip rows and reports progress", function()
     local calls = {}
     local r = nl.bench({op = "layernorm", variants = {"row", "ref"}, M = 4, N = 8,
@@ -409,7 +426,9 @@ describe("nl.bench", function()
   it("checks its options", function()
     helper.raises("unknown option 'Ns' for bench (expected: op, variants, M, N, dtype, device, "
       .. "weight, cast, offset, eps, reduce, check, mode, outputs, graph, batches, reps, "
-      .. "warmup_ms, batch_ms, progress, seed)", nl.bench, {op = "rmsnorm", Ns = 1})
+      .. "warmup_ms, batch_ms, progress, seed, stats)", nl.bench, {op = "rmsnorm", Ns = 1})
+    helper.raises("bench: option 'stats' = false applies to forward passes only "
+      .. "(rmsnorm.bwd reads them)", nl.bench, {op = "rmsnorm.bwd", M = 1, N = 1, stats = false})
     helper.raises("bench: option 'outputs' must be rotate or shared, got 'all'",
       nl.bench, {op = "rmsnorm", M = 1, N = 1, outputs = "all", device = "cpu"})
     helper.raises("bench: option 'cast' applies to rmsnorm and add_rmsnorm, not layernorm",

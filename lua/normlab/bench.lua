@@ -21,7 +21,7 @@ local K = core.constants
 
 local KEYS = {"op", "variants", "M", "N", "dtype", "device", "weight", "cast", "offset", "eps",
   "reduce", "check", "mode", "outputs", "graph", "batches", "reps", "warmup_ms", "batch_ms",
-  "progress", "seed"}
+  "progress", "seed", "stats"}
 
 -- Activations each op and pass reads, the activations it writes, its per-row statistics
 -- (outputs of a forward pass, inputs of a backward one, which takes them from `fwd` run on
@@ -121,6 +121,13 @@ local function parse(spec)
   p.offset = ops.offset_opt("bench", s.offset)
   p.eps = ops.eps_opt("bench", s.eps, p.op == "layernorm" and 1e-5 or 1e-6)
   p.check = s.check ~= false
+  -- stats = false: the forward runs as in inference, writing no per-row statistics (how
+  -- torch.compile's forward under no_grad runs); a backward always reads them.
+  p.stats = s.stats ~= false
+  if not p.stats and p.pass ~= "fwd" then
+    util.failf("bench: option 'stats' = false applies to forward passes only (%s reads them)",
+      p.opname)
+  end
   p.seed = s.seed
   if s.outputs ~= nil and s.outputs ~= "rotate" and s.outputs ~= "shared" then
     util.failf("bench: option 'outputs' must be rotate or shared, got %s", util.show(s.outputs))
@@ -182,11 +189,13 @@ local function make_cell(p, M, N, dt, bufs)
     a[f] = keep(dev:empty({M, N}, dt))
     outs[#outs + 1] = f
   end
-  for _, f in ipairs(p.shape.stats) do
-    a[f] = keep(dev:empty({M}, "fp32"))
+  if p.stats then
+    for _, f in ipairs(p.shape.stats) do
+      a[f] = keep(dev:empty({M}, "fp32"))
+    end
   end
   if p.pass == "fwd" then
-    for _, f in ipairs(p.shape.stats) do
+    for _, f in ipairs(p.stats and p.shape.stats or {}) do
       outs[#outs + 1] = f
     end
   else

@@ -181,6 +181,8 @@ function cli.parser(description, defaults, name)
   p:option("--seed", "Seed of the random inputs.")
     :argname("<n>"):default(defaults.seed):convert(converter(count(0), "--seed"))
   p:flag("--no-check", "Skip the check against the fp64 reference.")
+  p:flag("--no-stats", "Forward passes write no per-row statistics (rstd, mean), as in "
+    .. "inference (torch.compile's forward under no_grad).")
   p:option("--csv", "Also write the rows as CSV to this file."):argname("<path>")
   p:option("--json", "Also write the result as JSON to this file."):argname("<path>")
   p:option("--markdown", "Also write the table as markdown to this file."):argname("<path>")
@@ -211,6 +213,8 @@ function cli.parse(parser, argv, opts)
   end
   args.check = not args.no_check
   args.no_check = nil
+  args.stats = not args.no_stats
+  args.no_stats = nil
   args.help = nil
   return args
 end
@@ -232,6 +236,7 @@ function cli.bench_opts(args, base)
   o.batches = args.batches or o.batches
   o.seed = args.seed or o.seed
   if args.check == false then o.check = false end
+  if args.stats == false then o.stats = false end
   return o
 end
 
