@@ -4,7 +4,8 @@
 --
 --   normlab experiments/dispatch_sweep.lua --op rmsnorm.bwd --variants persistent \
 --       --set rmsnorm.bwd.items=1,2,4 --set rmsnorm.bwd.block=256,512,1024 --M 4096 --N 4096
--- Each --set key=v1,v2,... adds an axis; the cartesian product of all axes is run.
+-- Each --set key=v1,v2,... adds an axis; the cartesian product of all axes is run. A value
+-- given twice runs twice (A/B rounds), its second column labelled #2.
 local nl = require("normlab")
 local cli = require("normlab.cli")
 local report = require("normlab.report")
@@ -59,7 +60,7 @@ local function label(combo)
 end
 
 local dev = nl.device(args.device)
-local results = {}
+local results, runs = {}, {}
 for i, combo in ipairs(combos) do
   local saved = {}
   for _, kv in ipairs(combo) do
@@ -74,7 +75,10 @@ for i, combo in ipairs(combos) do
   if not ok then
     error(r, 0)
   end
-  results[#results + 1] = r:label(label(combo))
+  -- a combination given twice (A/B rounds: --set k=0,1,0,1) gets its round in the label
+  local name = label(combo)
+  runs[name] = (runs[name] or 0) + 1
+  results[#results + 1] = r:label(runs[name] > 1 and name .. "#" .. runs[name] or name)
 end
 local unpack_ = table.unpack or unpack
 cli.emit(report.merge(unpack_(results)), args)
