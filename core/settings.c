@@ -56,8 +56,6 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA row and blockrow rmsnorm forward: for N up to this the weight is loaded with x and held in registers across the reduction; wider rows (and add_rmsnorm) read it after the reduction, from L1 (0: never early)"},
   [NL_SET_RMS_FWD_RELOAD_MIN_N] = {"rmsnorm.fwd.reload_min_n", 4096, 0, 1 << 24, 1,
     "CUDA row and blockrow rmsnorm forward: from this many columns x is read twice, the second time from L1, instead of held in registers across the reduction (0: never; takes precedence over early_weight_max_n)"},
-  [NL_SET_RMS_FWD_PREFETCH_WEIGHT_MAX_N] = {"rmsnorm.fwd.prefetch_weight_max_n", 0, 0, 1 << 24, 1,
-    "CUDA row and blockrow forward that read the weight after the reduction (not early): for N up to this each thread prefetches its weight lines into L1 as it starts, so the read after the reduction hits L1 (0: never)"},
   [NL_SET_RMS_FWD_STAGED_ITEMS] = {"rmsnorm.fwd.staged_items", 4, 1, 64, 1,
     "CUDA staged forward: 16-byte packs per thread (threads per CTA = the row's packs / this, 32 to 1024)"},
   [NL_SET_RMS_BWD_BLOCKROW_MAX_N] = {"rmsnorm.bwd.blockrow_max_n", 0, 0, 1 << 24, 1,

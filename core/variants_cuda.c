@@ -46,7 +46,6 @@ static void tune_fwd(const nl_ctx *ctx, nlk_norm *k)
   k->early_weight = k->N <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N);
   k->reload = nl__setting(ctx, NL_SET_RMS_FWD_RELOAD_MIN_N) > 0 &&
               k->N >= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_RELOAD_MIN_N);
-  k->prefetch_w = k->N <= (int64_t)nl__setting(ctx, NL_SET_RMS_FWD_PREFETCH_WEIGHT_MAX_N);
 }
 
 static void tune_fwd_staged(const nl_ctx *ctx, nlk_norm *k)

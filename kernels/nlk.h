@@ -79,8 +79,6 @@ typedef struct nlk_norm {
                            * thread has in flight, the current one included (2..4) */
   int32_t early_weight;   /* one-row forward: load the weight with x, before the reduction */
   int32_t reload;         /* one-row rmsnorm forward: read x twice, the second time from L1 */
-  int32_t prefetch_w;     /* one-row forward reading the weight after its reduction: prefetch
-                           * its lines into L1 at the start */
   int32_t cuda_error;     /* [out] cudaError_t when a launcher returns NLK_ERR_CUDA */
   int32_t grid;           /* [out] blocks (CUDA) or threads (CPU) used by the main kernel */
   int32_t block;          /* [out] threads per block */

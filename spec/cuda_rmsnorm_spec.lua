@@ -257,17 +257,6 @@ describe("CUDA rmsnorm #cuda", function()
     end)
   end)
 
-  it_cuda("the weight prefetched into L1 by the one-row forward kernels (prefetch_weight_max_n)",
-    function()
-    for _, reload in ipairs({0, 1}) do
-      with_settings({["rmsnorm.fwd.prefetch_weight_max_n"] = 2 ^ 24,
-        ["rmsnorm.fwd.early_weight_max_n"] = 0, ["rmsnorm.fwd.reload_min_n"] = reload}, function()
-        check_weight_grid({"bf16", "fp32"}, {{37, 1024}, {199, 8192}, {4099, 512}, {7, 1023}},
-          {"x", "fp32", "none"}, {"llama", "gemma"}, function(s) return s[1] == 37 end)
-      end)
-    end
-  end)
-
   it_cuda("add_rmsnorm forward and backward, with the residual gradient", function()
     check_weight_grid({"bf16", "fp32"}, {{1, 7}, {37, 1023}, {199, 4096}, {7, 65536}, {4099, 512}},
       {"x", "none"}, {"llama"}, function() return true end)
@@ -328,7 +317,6 @@ describe("CUDA rmsnorm #cuda", function()
             ["rmsnorm.fwd.early_weight_max_n"] = (items + block + 1) % 2 * 2 ^ 24,
             ["rmsnorm.fwd.staged_items"] = block == 1024 and 64 or items,
             ["rmsnorm.fwd.reload_min_n"] = (items + block / 32) % 2,
-            ["rmsnorm.fwd.prefetch_weight_max_n"] = (items + block / 32 + 1) % 2 * 2 ^ 24,
             ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2,
             ["rmsnorm.fwd.blockrow_block"] = block, ["rmsnorm.bwd.blockrow_block"] = 1024 / block * 32,
             ["cuda.pdl"] = (items + block / 32) % 2}, function()

@@ -264,25 +264,6 @@ __device__ __forceinline__ void load_w(const void *w, int wf32, float offset, in
   }
 }
 
-/* Asks L1 for the lines of this thread's weight packs (lane + i * G) without holding
- * registers: a one-row kernel that reads the weight after its reduction then finds it in L1
- * instead of paying an L2 round trip on every row's critical path. Call after pdl_begin: a
- * line prefetched before the previous kernel finished could be stale. */
-template <typename T, int VEC, int ITEMS>
-__device__ __forceinline__ void prefetch_w(const void *w, int wf32, int lane, int G, int nvec)
-{
-  if (!w)
-    return;
-#pragma unroll
-  for (int i = 0; i < ITEMS; i++) {
-    const int v = lane + i * G;
-    const void *p = wf32 ? (const void *)(reinterpret_cast<const Pack<float, VEC> *>(w) + v)
-                         : (const void *)(reinterpret_cast<const Pack<T, VEC> *>(w) + v);
-    if (v < nvec)
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-  }
-}
-
 /* Shared memory that a pipelined launch stages per thread: `per_item` bytes for each pack
  * it holds plus `fixed`, within `budget` bytes per CTA (budget 0: nothing staged). */
 struct SmemCost {

@@ -35,7 +35,7 @@ struct FwdArgs {
   float *rstd;
   int64_t sx, sres, sy, sres_out;
   int64_t M;
-  int N, group, wf32, cast, stages, pdl, prefetch;
+  int N, group, wf32, cast, stages, pdl;
   float offset, eps;
 };
 
@@ -179,8 +179,6 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS :
   Pack<T, VEC> xv[ITEMS], rv[ITEMS];
   if (active)
     load_in<T, VEC, ITEMS, RES, !EARLY>(a, row, lane, G, nvec, xv, rv);
-  if (!EARLY && a.prefetch && active)
-    prefetch_w<T, VEC, ITEMS>(a.w, a.wf32, lane, G, nvec);
   Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, EARLY && active);
   process<T, VEC, ITEMS, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
 }
@@ -209,8 +207,6 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
     for (int i = 0; i < ITEMS; i++)
       if (lane + i * G < nvec)
         xv[i] = load_l1<T, VEC, true>(pack_at<T, VEC>(a.x, row, a.sx, lane + i * G));
-    if (a.prefetch)
-      prefetch_w<T, VEC, ITEMS>(a.w, a.wf32, lane, G, nvec);
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
       if (lane + i * G < nvec)
@@ -366,7 +362,6 @@ FwdArgs fwd_args(const nlk_norm *k, int group, int stages)
 {
   return FwdArgs{k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy,
                  k->sres_out, k->M, (int)k->N, group, k->wdt == NLK_F32, k->cast, stages, k->pdl,
-                 k->prefetch_w,
                  k->offset, k->eps};
 }
 
