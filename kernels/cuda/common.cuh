@@ -660,55 +660,65 @@ __host__ inline int fit_stages(const nlk_norm *k, int elt, RowMode mode, BlockLi
   return 0;
 }
 
-/* Resident CTAs per SM of a kernel at a block size and dynamic shared memory. The answer is
- * memoised per (kernel, block, smem): benchmark loops launch thousands of times and the
- * query is not free. The table is per process and assumes one GPU model per process. */
-__host__ inline int occupancy(const void *kernel, int block, size_t smem)
+/* The CUDA occupancy queries below, memoised per (kernel, cluster, block, smem): benchmark
+ * loops plan thousands of launches and the queries are not free. One table per query (per
+ * `query` type); per process, assuming one GPU model per process. */
+struct QueryKey {
+  const void *kernel;
+  int cluster, block;
+  size_t smem;
+  __host__ bool operator==(const QueryKey &o) const
+  {
+    return kernel == o.kernel && cluster == o.cluster && block == o.block && smem == o.smem;
+  }
+};
+
+template <typename F> __host__ inline int memoised(const QueryKey &key, F &&query)
 {
-  struct entry { const void *kernel; int block; size_t smem; int n; };
+  struct entry { QueryKey key; int n; };
   static entry memo[256];
   static int used;
-  int n = 0;
   for (int i = 0; i < used; i++)
-    if (memo[i].kernel == kernel && memo[i].block == block && memo[i].smem == smem)
+    if (memo[i].key == key)
       return memo[i].n;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, smem) != cudaSuccess) {
-    cudaGetLastError();
-    n = 1;
-  }
-  if (n < 1)
-    n = 1;
+  const int n = query();
   if (used < 256)
-    memo[used++] = entry{kernel, block, smem, n};
+    memo[used++] = entry{key, n};
   return n;
 }
 
+/* Resident CTAs per SM of a kernel at a block size and dynamic shared memory (at least 1). */
+__host__ inline int occupancy(const void *kernel, int block, size_t smem)
+{
+  return memoised(QueryKey{kernel, 1, block, smem}, [&] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, smem) != cudaSuccess) {
+      cudaGetLastError();
+      n = 1;
+    }
+    return n < 1 ? 1 : n;
+  });
+}
+
 /* How many clusters of `cluster` CTAs of a kernel the GPU holds at once (0 before sm_90,
- * which has no clusters), memoised like occupancy(). */
+ * which has no clusters). */
 __host__ inline int max_clusters(const void *kernel, int cluster, int block, size_t smem)
 {
-  struct entry { const void *kernel; int cluster, block; size_t smem; int n; };
-  static entry memo[64];
-  static int used;
-  for (int i = 0; i < used; i++)
-    if (memo[i].kernel == kernel && memo[i].cluster == cluster && memo[i].block == block &&
-        memo[i].smem == smem)
-      return memo[i].n;
-  cudaLaunchAttribute attr[2];
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)cluster);
-  cfg.blockDim = dim3((unsigned)block);
-  cfg.dynamicSmemBytes = smem;
-  cfg.attrs = attr;
-  cfg.numAttrs = norm_attrs(attr, 0, cluster);
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-    cudaGetLastError();
-    n = 0;
-  }
-  if (used < 64)
-    memo[used++] = entry{kernel, cluster, block, smem, n};
-  return n;
+  return memoised(QueryKey{kernel, cluster, block, smem}, [&] {
+    cudaLaunchAttribute attr[2];
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)cluster);
+    cfg.blockDim = dim3((unsigned)block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = attr;
+    cfg.numAttrs = norm_attrs(attr, 0, cluster);
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+      cudaGetLastError();
+      n = 0;
+    }
+    return n;
+  });
 }
 
 } // namespace nlk

@@ -241,12 +241,12 @@ __device__ __forceinline__ void cluster_sum(float *out, const float *sm, int N, 
  * over the cluster (cluster_sum). A CTA of one group outside clusters stores its registers
  * straight into its partial row. The barrier first: `sm` may be the pipeline's staging,
  * which other threads may still read. */
-template <int VEC, int ITEMS, bool CLUSTERS = false>
+template <int VEC, int ITEMS, bool CLUSTER = false>
 __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS][VEC], int lane,
                                        int G, int nvec, float *sm)
 {
   const Group g(G);
-  if (g.per_cta == 1 && a.partials && (!CLUSTERS || a.cluster <= 1)) {
+  if (g.per_cta == 1 && a.partials && (!CLUSTER || a.cluster <= 1)) {
     float *row = a.partials + (int64_t)blockIdx.x * a.N;
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
@@ -260,7 +260,7 @@ __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS
   for (int i = 0; i < ITEMS; i++)
     if (lane + i * G < nvec)
       put_floats<VEC>(mine, lane + i * G, dw[i]);
-  if constexpr (CLUSTERS)
+  if constexpr (CLUSTER)
     if (a.cluster > 1) {
       cluster_sum(a.partials + (int64_t)(blockIdx.x / a.cluster) * a.N, sm, a.N, g.per_cta,
                   a.cluster);
@@ -746,8 +746,12 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
              (dw_spills || (sizeof(T) == 2 && k->split_min_n > 0 && k->N >= k->split_min_n));
   if (p->split)
     return plan_split<T>(k, p);
-  p->kernel = p->c.vec == 1 ? kernel_for<T, 1>(p->c, p->flavor)
-                            : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor);
+  /* the kernel at the plan's pack width, plain or its clustered instance */
+  auto pick = [&](bool clustered) {
+    return p->c.vec == 1 ? kernel_for<T, 1>(p->c, p->flavor, clustered)
+                         : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor, clustered);
+  };
+  p->kernel = pick(false);
   const int64_t per_cta = rows_per_cta(p->c);
   p->smem = 0;
   p->acc_smem = false;
@@ -778,8 +782,7 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
   int64_t cluster_cap = 0;
   if (p->flavor == PIPE && p->c.items != 0 && dw && !atomic && !p->fused && k->cluster > 1 &&
       k->N % 4 == 0) {
-    const void *kc = p->c.vec == 1 ? kernel_for<T, 1>(p->c, p->flavor, true)
-                                   : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor, true);
+    const void *kc = pick(true);
     if (kc && allow_smem(kc, p->smem) == cudaSuccess)
       cluster_cap = (int64_t)max_clusters(kc, k->cluster, p->c.block, p->smem) * k->cluster;
     if (cluster_cap >= k->cluster) {
@@ -804,7 +807,7 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
       per_sm = occ; /* a cooperative launch needs every CTA resident */
     grid = sms * per_sm;
     if (p->cluster > 1 && grid > cluster_cap)
-      grid = cluster_cap / p->cluster * p->cluster;
+      grid = cluster_cap;
     if (grid > groups)
       grid = groups;
   }
