@@ -138,16 +138,28 @@ __device__ __forceinline__ Pack<T, VEC> load_l1(const Pack<T, VEC> *p)
 /* STREAM: a streaming store (st.global.cs, evict-first), so that an output's lines are
  * written back and dropped before the inputs' (a compile-time choice: a runtime one costs the
  * one-row kernels registers, 48 -> 56 at 2 packs, and a CTA per SM). */
-template <typename T, int VEC, bool STREAM = false>
-__device__ __forceinline__ void store(void *base, int64_t row, int64_t stride, int vec, const Pack<T, VEC> &p)
+template <bool STREAM, typename T, int VEC>
+__device__ __forceinline__ void store_pack(Pack<T, VEC> *d, const Pack<T, VEC> &p)
 {
-  Pack<T, VEC> *d = reinterpret_cast<Pack<T, VEC> *>(static_cast<T *>(base) + row * stride) + vec;
   if constexpr (STREAM && (sizeof(p) == 16 || sizeof(p) == 8 || sizeof(p) == 4)) {
     using W = std::conditional_t<sizeof(p) == 16, uint4, std::conditional_t<sizeof(p) == 8, uint2, unsigned>>;
     __stcs(reinterpret_cast<W *>(d), *reinterpret_cast<const W *>(&p));
   } else {
     *d = p;
   }
+}
+
+/* The first pack of a row, for kernels that store several packs of it. */
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> *row_packs(void *base, int64_t row, int64_t stride)
+{
+  return reinterpret_cast<Pack<T, VEC> *>(static_cast<T *>(base) + row * stride);
+}
+
+template <typename T, int VEC, bool STREAM = false>
+__device__ __forceinline__ void store(void *base, int64_t row, int64_t stride, int vec, const Pack<T, VEC> &p)
+{
+  store_pack<STREAM>(row_packs<T, VEC>(base, row, stride) + vec, p);
 }
 
 /* Hides a pack's value from the optimiser. Kernels call it on the packs they keep across a
@@ -176,11 +188,15 @@ __device__ __forceinline__ void load_row(const void *base, int64_t row, int64_t 
       out[i] = load<T, VEC, STREAM>(base, row, stride, lane + i * G);
 }
 
-/* Sum over aligned groups of `width` lanes (a power of two <= 32); every lane gets the sum. */
+/* Sum over aligned groups of `width` lanes (a power of two <= 32); every lane gets the sum.
+ * Unrolled, each step under a uniform predicate: a loop over a runtime width cost a warp
+ * some twenty more instructions. */
 __device__ __forceinline__ float group_sum(float v, int width)
 {
-  for (int o = width >> 1; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < width)
+      v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 

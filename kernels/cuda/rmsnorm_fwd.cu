@@ -36,7 +36,8 @@ struct FwdArgs {
   int64_t sx, sres, sy, sres_out;
   int64_t M;
   int N, group, wf32, cast, stages, pdl;
-  float offset, eps;
+  int pair; /* llama casting, weights of x's dtype, no offset: y by packed multiplies */
+  float offset, eps, inv_n; /* inv_n: 1 / N, from the host */
 };
 
 /* The largest block per packs per thread (items 1, 2, 4, 8) and the CTAs of that size that
@@ -94,24 +95,27 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
     ss += f[j] * f[j];
 }
 
-/* y for pack v of a row from its x (h for add_rmsnorm) pack p, the row's 1/rms r and the
- * weight of item i in wt, out through a streaming store (STREAM) or a plain one. With llama
- * casting and 16-bit weights of x's dtype and no offset, one packed multiply per two
- * elements. */
+/* y for pack v of a row (y: its first pack) from its x (h for add_rmsnorm) pack p, the row's
+ * 1/rms r and the weight of item i in wt, out through a streaming store (STREAM) or a plain
+ * one. With llama casting and 16-bit weights of x's dtype and no offset (a.pair, decided on
+ * the host), one packed multiply per two elements. The host's flag and the row's address
+ * computed once took the one-row kernels' epilogue from 53 instructions a pack (the four
+ * conditions reloaded and the address rebuilt for every pack) to about 40, and 1 to 2 fewer
+ * registers. */
 template <bool STREAM, typename T, int VEC, int ITEMS>
-__device__ __forceinline__ void store_y(const FwdArgs &a, int64_t row, int v, const Pack<T, VEC> &p,
+__device__ __forceinline__ void store_y(const FwdArgs &a, Pack<T, VEC> *y, int v, const Pack<T, VEC> &p,
                                         float r, const Weights<T, VEC, ITEMS> &wt, int i)
 {
   Pack<T, VEC> o;
   float f[VEC];
   unpack(p, f);
   if constexpr (Pair<T>::ok && VEC % 2 == 0) {
-    if (a.cast == NLK_CAST_LLAMA && a.w && !a.wf32 && a.offset == 0.f) {
+    if (a.pair) {
       const Pack<T, VEC> wp = wt.pack(i, v);
 #pragma unroll
       for (int j = 0; j < VEC; j += 2)
         mul_rounded(o.v + j, f[j] * r, f[j + 1] * r, wp.v + j);
-      store<T, VEC, STREAM>(a.y, row, a.sy, v, o);
+      store_pack<STREAM>(y + v, o);
       return;
     }
   }
@@ -120,7 +124,7 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, int64_t row, int v, co
 #pragma unroll
   for (int j = 0; j < VEC; j++)
     o.v[j] = from_f<T>(rms_out<T>(f[j], r, a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j], a.cast));
-  store<T, VEC, STREAM>(a.y, row, a.sy, v, o);
+  store_pack<STREAM>(y + v, o);
 }
 
 /* One row: residual add (add_rmsnorm: h = round(x + res) to res_out, which may be res
@@ -143,7 +147,7 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
     }
   }
   ss = group_reduce(ss, G, red, parity);
-  const float r = rsqrtf(ss * (1.f / (float)a.N) + a.eps);
+  const float r = rsqrtf(ss * a.inv_n + a.eps);
   if (!active)
     return;
 #pragma unroll
@@ -152,11 +156,12 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
   wt.refresh();
   if (lane == 0 && a.rstd)
     a.rstd[row] = r;
+  Pack<T, VEC> *y = row_packs<T, VEC>(a.y, row, a.sy);
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec)
-      store_y<true>(a, row, v, xv[i], r, wt, i);
+      store_y<true>(a, y, v, xv[i], r, wt, i);
   }
 }
 
@@ -213,17 +218,18 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
         add_square<T, VEC, false>(a, row, lane + i * G, xv[i], xv[i], ss);
   }
   ss = group_reduce(ss, G, red, parity);
-  const float r = rsqrtf(ss * (1.f / (float)a.N) + a.eps);
+  const float r = rsqrtf(ss * a.inv_n + a.eps);
   if (!active)
     return;
   if (lane == 0 && a.rstd)
     a.rstd[row] = r;
   const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, false);
+  Pack<T, VEC> *y = row_packs<T, VEC>(a.y, row, a.sy);
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec)
-      store_y<false>(a, row, v, load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)), r, wt,
+      store_y<false>(a, y, v, load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)), r, wt,
                      i);
   }
 }
@@ -316,13 +322,14 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, STAGED_MIN_CTAS) rms_fwd_sta
       xs[v] = x;
   }
   ss = group_reduce(ss, blockDim.x, red, parity);
-  const float r = rsqrtf(ss * (1.f / (float)a.N) + a.eps);
+  const float r = rsqrtf(ss * a.inv_n + a.eps);
   if (threadIdx.x == 0 && a.rstd)
     a.rstd[row] = r;
   const Weights<T, VEC, 1> wt(a.w, a.wf32, a.offset, 0, 0, nvec, false);
+  P *y = row_packs<T, VEC>(a.y, row, a.sy);
 #pragma unroll 2
   for (int v = threadIdx.x; v < nvec; v += blockDim.x)
-    store_y<true>(a, row, v, xs[v], r, wt, 0);
+    store_y<true>(a, y, v, xs[v], r, wt, 0);
 }
 
 /* Rows wider than registers hold: the CTA loops over the row twice, the second time
@@ -332,7 +339,6 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
 {
   pdl_begin(a.pdl);
   const int nvec = a.N / VEC;
-  const float inv_n = 1.f / (float)a.N;
   const Weights<T, VEC, 1> wt(a.w, a.wf32, a.offset, 0, 0, nvec, false);
   __shared__ float red[2][32];
   int parity = 0;
@@ -348,11 +354,12 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
         add_square<T, VEC, false>(a, row, v, xv, xv, ss);
     }
     ss = group_reduce(ss, blockDim.x, red, parity);
-    const float r = rsqrtf(ss * inv_n + a.eps);
+    const float r = rsqrtf(ss * a.inv_n + a.eps);
     if (threadIdx.x == 0 && a.rstd)
       a.rstd[row] = r;
+    Pack<T, VEC> *y = row_packs<T, VEC>(a.y, row, a.sy);
     for (int v = threadIdx.x; v < nvec; v += blockDim.x)
-      store_y<true>(a, row, v, load<T, VEC>(src, row, src_stride, v), r, wt, 0);
+      store_y<true>(a, y, v, load<T, VEC>(src, row, src_stride, v), r, wt, 0);
   }
 }
 
@@ -362,7 +369,8 @@ FwdArgs fwd_args(const nlk_norm *k, int group, int stages)
 {
   return FwdArgs{k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy,
                  k->sres_out, k->M, (int)k->N, group, k->wdt == NLK_F32, k->cast, stages, k->pdl,
-                 k->offset, k->eps};
+                 k->cast == NLK_CAST_LLAMA && k->w && k->wdt == k->dt && k->offset == 0.f,
+                 k->offset, k->eps, 1.f / (float)k->N};
 }
 
 /* The one-row kernels: x held in registers across the reduction with the weight read after
