@@ -188,15 +188,11 @@ __device__ __forceinline__ void load_row(const void *base, int64_t row, int64_t 
       out[i] = load<T, VEC, STREAM>(base, row, stride, lane + i * G);
 }
 
-/* Sum over aligned groups of `width` lanes (a power of two <= 32); every lane gets the sum.
- * Unrolled, each step under a uniform predicate: a loop over a runtime width cost a warp
- * some twenty more instructions. */
+/* Sum over aligned groups of `width` lanes (a power of two <= 32); every lane gets the sum. */
 __device__ __forceinline__ float group_sum(float v, int width)
 {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    if (o < width)
-      v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = width >> 1; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
