@@ -100,8 +100,8 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
  * one. With llama casting and 16-bit weights of x's dtype and no offset (a.pair, decided on
  * the host), one packed multiply per two elements. The host's flag and the row's address
  * computed once took the one-row kernels' epilogue from 53 instructions a pack (the four
- * conditions reloaded and the address rebuilt for every pack) to about 40, and 1 to 2 fewer
- * registers. */
+ * conditions reloaded and the address rebuilt for every pack) to about 40 (ncu, 4096 x 1024:
+ * 393 -> 342 warp instructions a row), at the same register allocation. */
 template <bool STREAM, typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void store_y(const FwdArgs &a, Pack<T, VEC> *y, int v, const Pack<T, VEC> &p,
                                         float r, const Weights<T, VEC, ITEMS> &wt, int i)
