@@ -3,8 +3,7 @@
 -- path (vector and scalar packs, one and several rows per CTA, the looping kernels, the
 -- backward's split path with several rows per chunk (64 x 40000 bf16), the fused grid
 -- reduction, clusters summing dW in distributed shared memory, the cp.async pipelines,
--- atomics, in place). Small shapes: the tools
--- slow kernels down a lot.
+-- atomics, in place). Small shapes: the tools slow kernels down a lot.
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
 local nl = require("normlab")
 local dev = nl.device("cuda")

@@ -658,9 +658,13 @@ struct Plan {
   size_t rowc_at, ws_floats;
 };
 
-/* Lays out the workspace once partial_rows, accum_in_ws and split are known. */
-inline void layout_ws(const nlk_norm *k, Plan *p)
+/* The dW reduction's buffers (`rows` partial rows unless atomic; an fp32 accumulator for
+ * an atomic reduction into 16-bit dW) and the workspace's layout, once split is known. */
+inline void layout_ws(const nlk_norm *k, Plan *p, int64_t rows)
 {
+  const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
+  p->partial_rows = dw && !atomic ? rows : 0;
+  p->accum_in_ws = dw && atomic && k->wdt != NLK_F32;
   p->rowc_at = (size_t)(p->partial_rows + (p->accum_in_ws ? 1 : 0)) * (size_t)k->N;
   p->ws_floats = p->rowc_at + (p->split ? (size_t)k->M : 0);
 }
@@ -696,7 +700,6 @@ const void *kernel_for(const RowCfg &c, int flavor, bool cluster = false)
 template <typename T>
 int plan_split(const nlk_norm *k, Plan *p)
 {
-  const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
   const bool v1 = p->c.vec == 1;
   p->pre = v1 ? (const void *)rms_bwd_rowc<T, 1> : (const void *)rms_bwd_rowc<T, 16 / sizeof(T)>;
   p->kernel = v1 ? (const void *)rms_bwd_cols<T, 1> : (const void *)rms_bwd_cols<T, 16 / sizeof(T)>;
@@ -713,9 +716,7 @@ int plan_split(const nlk_norm *k, Plan *p)
   p->chunk = (k->M + chunks - 1) / chunks;
   p->c.grid = (k->M + p->chunk - 1) / p->chunk;
   p->c.block = SPLIT_BLOCK;
-  p->partial_rows = dw && !atomic ? p->c.grid : 0;
-  p->accum_in_ws = dw && atomic && k->wdt != NLK_F32;
-  layout_ws(k, p);
+  layout_ws(k, p, p->c.grid);
   return NLK_OK;
 }
 
@@ -814,9 +815,7 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
   /* a cluster's CTAs past the last row take no rows and add zeros */
   grid = (grid + p->cluster - 1) / p->cluster * p->cluster;
   p->c.grid = grid;
-  p->partial_rows = dw && !atomic ? grid / p->cluster : 0;
-  p->accum_in_ws = dw && atomic && k->wdt != NLK_F32;
-  layout_ws(k, p);
+  layout_ws(k, p, grid / p->cluster);
   return NLK_OK;
 }
 

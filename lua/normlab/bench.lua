@@ -189,18 +189,18 @@ local function make_cell(p, M, N, dt, bufs)
     a[f] = keep(dev:empty({M, N}, dt))
     outs[#outs + 1] = f
   end
-  if p.stats then
-    for _, f in ipairs(p.shape.stats) do
-      a[f] = keep(dev:empty({M}, "fp32"))
-    end
+  -- the per-row statistics: none for an inference forward (a backward always has them)
+  local stats = p.stats and p.shape.stats or {}
+  for _, f in ipairs(stats) do
+    a[f] = keep(dev:empty({M}, "fp32"))
   end
   if p.pass == "fwd" then
-    for _, f in ipairs(p.stats and p.shape.stats or {}) do
+    for _, f in ipairs(stats) do
       outs[#outs + 1] = f
     end
   else
     local s = {x = a.x, y = keep(dev:empty({M, N}, dt)), eps = p.eps}
-    for _, f in ipairs(p.shape.stats) do
+    for _, f in ipairs(stats) do
       s[f] = a[f]
     end
     core.run(p.shape.fwd .. ".auto", s)
