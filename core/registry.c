@@ -415,6 +415,7 @@ nl_status nl__plan_workspace(nl_ctx *ctx, nl_plan *plan)
 
 nl_status nl__launch(nl_ctx *ctx, nl_plan *plan)
 {
+  plan->k.cluster_dim = plan->device.backend == NL_CUDA ? 1 : 0;
   int rc = plan->v->launch(&plan->k);
   switch (rc) {
   case NLK_OK: return NL_OK;
@@ -435,6 +436,7 @@ void nl__plan_info(const nl_plan *plan, nl_run_info *info)
   info->deterministic = plan->deterministic;
   info->grid = plan->k.grid;
   info->block = plan->k.block;
+  info->cluster = plan->k.cluster_dim;
   info->bytes = plan->bytes;
   info->workspace_bytes = (int64_t)plan->k.ws_bytes;
   info->extra_bytes = 2 * (int64_t)plan->k.ws_bytes;

@@ -84,6 +84,8 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent backward: 1 reduces dW in the same kernel after a grid barrier, 0 launches the reduce kernel"},
   [NL_SET_RMS_BWD_CLUSTER] = {"rmsnorm.bwd.cluster", 1, 1, 8, 1,
     "CUDA persistent and partials backward (sm_90): CTAs per thread-block cluster, which sum their dW through distributed shared memory before writing one partial row per cluster (1: a partial row per CTA)"},
+  [NL_SET_RMS_BWD_SHARE_BYTES] = {"rmsnorm.bwd.share_bytes", 32768, 0, 1 << 26, 1,
+    "CUDA persistent and partials backward (sm_90): rows of more bytes than this are shared by a thread-block cluster of the fewest CTAs (2 to 8) that leaves each at most this many, held in registers; the CTAs exchange each row's sum through distributed shared memory (one cluster barrier a row) and write one partial row (0: never; rmsnorm.bwd.cluster does not apply to shared rows)"},
   [NL_SET_RMS_BWD_GRID_SMS] = {"rmsnorm.bwd.grid_sms", 0, 0, 1 << 16, 1,
     "CUDA persistent and partials backward: SMs their grid spans (0: all of them; more than the GPU has: all)"},
 };

@@ -75,6 +75,8 @@ typedef struct nlk_norm {
   int32_t grid_sms;       /* persistent / partials backward: SMs the grid spans (0: all) */
   int32_t cluster;        /* pipelined backward (sm_90): CTAs per cluster summing dW through
                            * distributed shared memory, one partial row per cluster */
+  int64_t share_bytes;    /* pipelined backward (sm_90): rows of more bytes are shared by a
+                           * cluster of 2-8 CTAs, each holding at most this many (0: never) */
   int32_t stages;         /* pipelined kernels (persistent, partials backward): rows each
                            * thread has in flight, the current one included (2..4) */
   int32_t early_weight;   /* one-row forward: load the weight with x, before the reduction */
@@ -82,6 +84,7 @@ typedef struct nlk_norm {
   int32_t cuda_error;     /* [out] cudaError_t when a launcher returns NLK_ERR_CUDA */
   int32_t grid;           /* [out] blocks (CUDA) or threads (CPU) used by the main kernel */
   int32_t block;          /* [out] threads per block */
+  int32_t cluster_dim;    /* [out] CUDA: CTAs per thread-block cluster of the main kernel (1: none) */
   const volatile int *interrupt; /* CPU kernels may poll it between rows; may be NULL */
 } nlk_norm;
 

@@ -320,13 +320,14 @@ static void toopts(lua_State *L, int idx, nl_bench_opts *o)
 
 static void push_info(lua_State *L, const nl_run_info *r)
 {
-  lua_createtable(L, 0, 9);
+  lua_createtable(L, 0, 10);
   setstr(L, "variant", r->variant);
   setint(L, "backend", r->backend);
   setint(L, "reduce", r->reduce);
   setint(L, "deterministic", r->deterministic);
   setint(L, "grid", r->grid);
   setint(L, "block", r->block);
+  setint(L, "cluster", r->cluster);
   setint(L, "bytes", r->bytes);
   setint(L, "extra_bytes", r->extra_bytes);
   setint(L, "workspace_bytes", r->workspace_bytes);

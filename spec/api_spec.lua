@@ -211,6 +211,7 @@ describe("nl.run", function()
     local info = nl.run("rmsnorm.bwd.row", {x = x, w = w, dy = dy, rstd = rstd, dx = dx, dw = dw,
       reduce = "temp"})
     assert.are.equal("temp", info.reduce)
+    assert.are.equal(0, info.cluster)
     assert.is_true(info.workspace_bytes >= 4 * M * N)
     assert.are.equal(2 * info.workspace_bytes, info.extra_bytes)
     assert.are.equal("partials", nl.run("rmsnorm.bwd.persistent", {x = x, w = w, dy = dy,

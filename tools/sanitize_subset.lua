@@ -2,8 +2,8 @@
 -- every rmsnorm/add_rmsnorm strategy, forward and backward, on shapes that reach each code
 -- path (vector and scalar packs, one and several rows per CTA, the looping kernels, the
 -- backward's split path with several rows per chunk (64 x 40000 bf16), the fused grid
--- reduction, clusters summing dW in distributed shared memory, the cp.async pipelines,
--- atomics, in place). Small shapes: the tools slow kernels down a lot.
+-- reduction, clusters summing dW in distributed shared memory or sharing rows, the cp.async
+-- pipelines, atomics, in place). Small shapes: the tools slow kernels down a lot.
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
 local nl = require("normlab")
 local dev = nl.device("cuda")
@@ -61,9 +61,21 @@ for _, pass in ipairs(passes) do
       local dx4, dw4 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "persistent"})
       local dx5, dw5 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "partials"})
       nl.set("rmsnorm.bwd.cluster", 1)
+      -- rows shared by clusters (bf16: of 2 at N = 1024, 128-thread CTAs of several rows, and of
+      -- 8 at N = 4096; fp32: of 4 at N = 1024); 40000 columns by 4 or 8 by default
+      nl.set("rmsnorm.bwd.share_bytes", 1024)
+      nl.set("rmsnorm.bwd.block", 128)
+      local dx6, dw6 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "persistent"})
+      local dx7, dw7 = nl.add_rmsnorm_bwd(dy, x, w, rstd, {variant = "partials", dres = res})
+      nl.set("rmsnorm.bwd.block", 512)
+      local dx8, dw8 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "persistent", reduce = "atomic"})
+      nl.set("rmsnorm.bwd.share_bytes", 32768)
       dev:sync()
-      for _, b in ipairs({dyc, dw, dx3, dw3, dx4, dw4, dx5, dw5, rstd, x, res, dy, w}) do b:free() end
-      runs = runs + 4
+      for _, b in ipairs({dyc, dw, dx3, dw3, dx4, dw4, dx5, dw5, dx6, dw6, dx7, dw7, dx8, dw8, rstd,
+        x, res, dy, w}) do
+        b:free()
+      end
+      runs = runs + 7
     end
   end
 end

@@ -160,6 +160,7 @@ typedef struct nl_run_info {
   int32_t deterministic;  /* 1 when results are bitwise reproducible run to run */
   int32_t grid;           /* CUDA: blocks launched by the main kernel; CPU: worker threads */
   int32_t block;          /* CUDA: threads per block; CPU: 0 */
+  int32_t cluster;        /* CUDA: CTAs per thread-block cluster of the main kernel (1: none); CPU: 0 */
   int64_t bytes;          /* byte model: every input read once + every output written once */
   int64_t extra_bytes;    /* scratch traffic (temps, partials) written plus read */
   int64_t workspace_bytes;

@@ -19,9 +19,11 @@
  * memory and write one partial row per cluster), while
  * its x, dy (and dres) packs of the next rmsnorm.bwd.stages - 1 rows are in flight through
  * cp.async into shared memory; DRAM stays busy across every row's reduction. Rows wider
- * than their registers hold loop over the row twice, or (16-bit rows from
- * rmsnorm.bwd.split_min_n, and any row whose dW outgrows shared memory) split into a row
- * kernel and a column kernel. Every reduction sums in a fixed order, so results are
+ * than one CTA's registers hold (rmsnorm.bwd.share_bytes, 32 KB) are shared on sm_90 by a
+ * cluster of up to 8 CTAs, which exchange each row's sum through distributed shared memory.
+ * Wider still, or before sm_90, the kernel loops over the row twice, or (16-bit rows from
+ * rmsnorm.bwd.split_min_n, and any row whose dW outgrows shared memory) the row splits into
+ * a row kernel and a column kernel. Every reduction sums in a fixed order, so results are
  * bitwise reproducible; the `atomic` reduction (fp32 atomicAdd into an accumulator) is not.
  * dx may overwrite dy in place: each thread reads its packs of a row before writing them.
  */
@@ -136,16 +138,16 @@ __device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float
   return dx;
 }
 
-/* One row: s = sum(dy * W * xhat) reduced over the group (every thread of the CTA calls
- * this the same number of times), dx = r * (dy * W - xhat * s / N) (+ the dres pack that
+/* One row: s = sum(dy * W * xhat) reduced over the group by reduce(s) (every thread of the
+ * CTA calls this the same number of times), dx = r * (dy * W - xhat * s / N) (+ the dres pack that
  * dres_of(item, pack) gives), and the row's dW contribution dy * xhat (xhat rounded to T as
  * the forward used it, except in gemma mode) handed to take(item, pack, contribution). */
-template <typename T, int VEC, int ITEMS, typename Dres, typename Take>
+template <typename T, int VEC, int ITEMS, typename Reduce, typename Dres, typename Take>
 __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool active, int lane,
                                         int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
                                         Pack<T, VEC> (&gv)[ITEMS], float r,
-                                        const Weights<T, VEC, ITEMS> &wt, float (*red)[32],
-                                        int &parity, Dres dres_of, Take take)
+                                        const Weights<T, VEC, ITEMS> &wt, Reduce reduce,
+                                        Dres dres_of, Take take)
 {
   float s = 0.f;
   if (active) {
@@ -162,7 +164,7 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
       }
     s *= r;
   }
-  s = group_reduce(s, G, red, parity);
+  s = reduce(s);
   if (!active)
     return;
   const float c = s * (1.f / (float)a.N);
@@ -191,11 +193,11 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
   }
 }
 
-/* This CTA's dW row into its partial row (or the atomic accumulator). */
-__device__ __forceinline__ void emit(const BwdArgs &a, int col, float v)
+/* Column col of this CTA's dW into its partial row `out` (NULL: the atomic accumulator). */
+__device__ __forceinline__ void emit(const BwdArgs &a, float *out, int col, float v)
 {
-  if (a.partials)
-    a.partials[(int64_t)blockIdx.x * a.N + col] = v;
+  if (out)
+    out[col] = v;
   else
     atomicAdd(a.accum + col, v);
 }
@@ -236,42 +238,112 @@ __device__ __forceinline__ void cluster_sum(float *out, const float *sm, int N, 
 #endif
 }
 
-/* The CTA's dW: each group's register accumulators go to its own row of N floats in shared
- * memory (R x N, `sm`), then every column is summed in group order and emitted, or summed
- * over the cluster (cluster_sum). A CTA of one group outside clusters stores its registers
- * straight into its partial row. The barrier first: `sm` may be the pipeline's staging,
+/* ROW_SHARE: the row's sum over the cluster's C CTAs, from s, the sum over this CTA's columns
+ * (the same in every thread of the group). Lane k of the group puts s into slot q (this
+ * CTA's rank) of CTA k's `slots` through distributed shared memory; after one cluster
+ * barrier each CTA adds its C slots in rank order, so all get the same bits. Callers
+ * alternate two sets of slots: a CTA rewrites a set only after the next row's barrier,
+ * which each peer reaches only after reading that set. The barrier also keeps every CTA
+ * (and its shared memory) alive while peers may still write into it, since all CTAs of a
+ * cluster run the same rows. The host launches it from sm_90 only. */
+__device__ __forceinline__ float cluster_row_sum(float s, float *slots, int lane, int C)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned q;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(q));
+  if (lane < C) {
+    unsigned peer;
+    const unsigned mine = (unsigned)__cvta_generic_to_shared(slots + q);
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(mine), "r"(lane));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(peer), "f"(s) : "memory");
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  s = 0.f;
+  for (int k = 0; k < C; k++)
+    s += slots[k];
+#endif
+  return s;
+}
+
+/* The two halves of a cluster barrier (sm_90), for ROW_SHARE's start: a CTA may write into a
+ * peer's shared memory only once the peer has started, so each arrives on entry and waits
+ * (acquire) before its first exchange, with its first loads in flight meanwhile. */
+__device__ __forceinline__ void cluster_arrive()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cluster_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
+
+/* ROW_SHARE: the arguments as CTA q of its cluster sees them, every column pointer advanced
+ * to its first column c0 = q N / C (the partial row is the caller's). */
+template <typename T>
+__device__ __forceinline__ void shift_cols(BwdArgs &a, int64_t c0)
+{
+  a.x = static_cast<const T *>(a.x) + c0;
+  a.dy = static_cast<const T *>(a.dy) + c0;
+  a.dx = static_cast<T *>(a.dx) + c0;
+  if (a.dres)
+    a.dres = static_cast<const T *>(a.dres) + c0;
+  if (a.w)
+    a.w = a.wf32 ? (const void *)(static_cast<const float *>(a.w) + c0)
+                 : (const void *)(static_cast<const T *>(a.w) + c0);
+  if (a.accum)
+    a.accum += c0;
+}
+
+/* ROW_SHARE's exchange slots: at most this many groups (rows) per CTA and 8 CTAs. */
+enum { ROW_SHARE_GROUPS = 8, ROW_SHARE_MAX = 8 };
+
+/* What the pipelined kernel's thread-block clusters (sm_90) do: nothing (SOLO); sum their dW
+ * and write one partial row (DW_SUM, cluster_sum); or share each row (ROW_SHARE), CTA q of
+ * C holding columns [q N/C, (q+1) N/C) and the row's sum exchanged (cluster_row_sum). */
+enum ClusterUse { SOLO, DW_SUM, ROW_SHARE };
+
+/* The CTA's dW over its ncols columns: each group's register accumulators go to its own row
+ * of ncols floats in shared memory (R x ncols, `sm`), then every column is summed in group
+ * order and emitted into `out` (the CTA's partial row; NULL: the atomic accumulator), or
+ * summed over the cluster (DW_SUM). A CTA of one group outside DW_SUM clusters stores its
+ * registers straight into `out`. The barrier first: `sm` may be the pipeline's staging,
  * which other threads may still read. */
-template <int VEC, int ITEMS, bool CLUSTER = false>
+template <int VEC, int ITEMS, int CL = SOLO>
 __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS][VEC], int lane,
-                                       int G, int nvec, float *sm)
+                                       int G, int nvec, int ncols, float *out, float *sm)
 {
   const Group g(G);
-  if (g.per_cta == 1 && a.partials && (!CLUSTER || a.cluster <= 1)) {
-    float *row = a.partials + (int64_t)blockIdx.x * a.N;
+  const bool dw_sum = CL == DW_SUM && a.cluster > 1;
+  if (g.per_cta == 1 && out && !dw_sum) {
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
       if (lane + i * G < nvec)
-        put_floats<VEC>(row, lane + i * G, dw[i]);
+        put_floats<VEC>(out, lane + i * G, dw[i]);
     return;
   }
   __syncthreads();
-  float *mine = sm + (int64_t)g.idx * a.N;
+  float *mine = sm + (int64_t)g.idx * ncols;
 #pragma unroll
   for (int i = 0; i < ITEMS; i++)
     if (lane + i * G < nvec)
       put_floats<VEC>(mine, lane + i * G, dw[i]);
-  if constexpr (CLUSTER)
-    if (a.cluster > 1) {
+  if constexpr (CL == DW_SUM)
+    if (dw_sum) {
       cluster_sum(a.partials + (int64_t)(blockIdx.x / a.cluster) * a.N, sm, a.N, g.per_cta,
                   a.cluster);
       return;
     }
   __syncthreads();
-  for (int col = threadIdx.x; col < a.N; col += blockDim.x) {
+  for (int col = threadIdx.x; col < ncols; col += blockDim.x) {
     float sum = 0.f;
     for (int k = 0; k < g.per_cta; k++)
-      sum += sm[(int64_t)k * a.N + col];
-    emit(a, col, sum);
+      sum += sm[(int64_t)k * ncols + col];
+    emit(a, out, col, sum);
   }
 }
 
@@ -294,8 +366,9 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
     load_in<T, VEC, ITEMS>(a, row, lane, G, nvec, xv, gv, r);
   const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, false);
   auto dres_of = [&](int, int v) { return load<T, VEC>(a.dres, row, a.sdres, v); };
+  auto reduce = [&](float s) { return group_reduce(s, G, red, parity); };
   if constexpr (FL == DIRECT) {
-    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, red, parity, dres_of,
+    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, reduce, dres_of,
                            [&](int, int v, const float(&c)[VEC]) {
                              if (a.partials)
                                put_floats<VEC>(a.partials + row * a.N, v, c);
@@ -307,14 +380,15 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
   } else {
     float dw[ITEMS][VEC];
     zero(dw);
-    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, red, parity, dres_of,
+    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, reduce, dres_of,
                            [&](int i, int, const float(&c)[VEC]) {
 #pragma unroll
                              for (int j = 0; j < VEC; j++)
                                dw[i][j] = c[j];
                            });
     if (a.partials || a.accum)
-      cta_dw<VEC, ITEMS>(a, dw, lane, G, nvec, dyn);
+      cta_dw<VEC, ITEMS>(a, dw, lane, G, nvec, a.N,
+                         a.partials ? a.partials + (int64_t)blockIdx.x * a.N : NULL, dyn);
   }
 }
 
@@ -322,18 +396,28 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
  * with a trip count uniform across the CTA; idle groups still join the barriers. Stage s of
  * a thread's staging holds its x, dy (and dres) packs and the rstd of the row s iterations
  * ahead; each iteration tops the pipeline up, waits for the oldest stage and works on it from
- * registers. dW stays in registers until the end: the CTA's row of partials (CLUSTER: the
- * cluster's), then (fused) a grid barrier and this CTA's slice of the final reduction. */
-template <typename T, int VEC, int ITEMS, bool CLUSTER>
+ * registers. dW stays in registers until the end: the CTA's row of partials (DW_SUM: the
+ * cluster's), then (fused) a grid barrier and this CTA's slice of the final reduction.
+ * ROW_SHARE: the C CTAs of a cluster walk the same rows, each over N / C columns (its
+ * registers then hold rows C times wider), and exchange each row's sum (cluster_row_sum: one
+ * cluster barrier a row); the cluster writes one partial row, a slice from each CTA. */
+template <typename T, int VEC, int ITEMS, int CL>
 __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs a)
 {
   pdl_begin(a.pdl);
+  if constexpr (CL == ROW_SHARE)
+    cluster_arrive();
   using P = Pack<T, VEC>;
+  const int C = CL == ROW_SHARE ? a.cluster : 1, ncols = a.N / C;
+  const int64_t unit = blockIdx.x / C, units = gridDim.x / C;
+  if constexpr (CL == ROW_SHARE)
+    shift_cols<T>(a, (int64_t)(blockIdx.x % C) * ncols);
   const Group g(a.group);
-  const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = a.N / VEC, S = a.stages;
+  const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = ncols / VEC, S = a.stages;
   extern __shared__ __align__(16) float dyn[];
   __shared__ float red[2][32];
-  int parity = 0;
+  __shared__ float sums[2][CL == ROW_SHARE ? ROW_SHARE_GROUPS : 1][ROW_SHARE_MAX];
+  int parity = 0, spar = 0;
   const Staging<P, ITEMS> st(dyn, S, a.dres ? 3 : 2);
   Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
   float dw[ITEMS][VEC];
@@ -341,13 +425,13 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
 
   int64_t begin, end, step;
   if (a.chunk > 0) {
-    begin = (int64_t)blockIdx.x * a.chunk;
+    begin = unit * a.chunk;
     end = min(a.M, begin + a.chunk);
     step = R;
   } else {
-    begin = (int64_t)blockIdx.x * R;
+    begin = unit * R;
     end = a.M;
-    step = (int64_t)gridDim.x * R;
+    step = units * R;
   }
   auto fetch = [&](int64_t row, int stage) {
     if (row < end) {
@@ -365,8 +449,18 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
     }
     copy_commit();
   };
+  auto reduce = [&](float s) {
+    s = group_reduce(s, G, red, parity);
+    if constexpr (CL == ROW_SHARE) {
+      s = cluster_row_sum(s, sums[spar][grp], lane, C);
+      spar ^= 1;
+    }
+    return s;
+  };
   for (int s = 0; s < S - 1; s++)
     fetch(begin + grp + s * step, s);
+  if constexpr (CL == ROW_SHARE)
+    cluster_wait();
   int stage = 0;
   for (int64_t base = begin; base < end; base += step) {
     const int64_t row = base + grp;
@@ -385,7 +479,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
         }
     }
     wt.refresh();
-    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, red, parity,
+    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, reduce,
                            [&](int i, int) { return *st.at(stage, 2, i); },
                            [&](int i, int, const float(&c)[VEC]) {
 #pragma unroll
@@ -397,7 +491,11 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
   copy_wait(0);
   if (!a.partials && !a.accum)
     return;
-  cta_dw<VEC, ITEMS, CLUSTER>(a, dw, lane, G, nvec, dyn);
+  float *out = NULL;
+  if (a.partials)
+    out = CL == ROW_SHARE ? a.partials + unit * a.N + (int64_t)(blockIdx.x % C) * ncols
+                          : a.partials + (int64_t)blockIdx.x * a.N;
+  cta_dw<VEC, ITEMS, CL>(a, dw, lane, G, nvec, ncols, out, dyn);
   if (a.fused) {
     __threadfence();
     grid_barrier(a.sync);
@@ -472,7 +570,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
   if (a.acc_smem) {
     __syncthreads();
     for (int col = threadIdx.x; col < a.N; col += blockDim.x)
-      emit(a, col, dyn[col]);
+      emit(a, a.partials ? a.partials + (int64_t)blockIdx.x * a.N : NULL, col, dyn[col]);
   }
   if (a.fused) {
     __threadfence();
@@ -651,6 +749,7 @@ struct Plan {
   int64_t pre_grid, col_blocks;
   bool fused;
   int cluster;           /* PIPE: CTAs per cluster, which share one partial row (1: none) */
+  bool share;            /* PIPE: the cluster's CTAs share each row (ROW_SHARE), else DW_SUM */
   int64_t partial_rows;  /* rows of the fp32 partials/temp buffer (0: none) */
   bool accum_in_ws;      /* atomic reduction into an fp32 accumulator in the workspace */
   /* The workspace in floats: the partials (or temp), then the accumulator, then (split)
@@ -670,7 +769,7 @@ inline void layout_ws(const nlk_norm *k, Plan *p, int64_t rows)
 }
 
 template <typename T, int VEC>
-const void *kernel_for(const RowCfg &c, int flavor, bool cluster = false)
+const void *kernel_for(const RowCfg &c, int flavor, int cl = SOLO)
 {
   if (c.items == 0)
     return (const void *)rms_bwd_loop<T, VEC>;
@@ -682,12 +781,13 @@ const void *kernel_for(const RowCfg &c, int flavor, bool cluster = false)
     else if (flavor == REGS)
       kp = (const void *)rms_bwd_one<T, VEC, IT, REGS>;
     else if constexpr (BWD_LIMITS[PIPE](IT) > 0) {
-      /* no cluster instance at one item: at 1024 threads (64 registers) it would spill */
+      /* no cluster instances at one item: at 1024 threads (64 registers) they would spill */
       if constexpr (IT > 1)
-        kp = cluster ? (const void *)rms_bwd_pipe<T, VEC, IT, true>
-                     : (const void *)rms_bwd_pipe<T, VEC, IT, false>;
+        kp = cl == DW_SUM      ? (const void *)rms_bwd_pipe<T, VEC, IT, DW_SUM>
+             : cl == ROW_SHARE ? (const void *)rms_bwd_pipe<T, VEC, IT, ROW_SHARE>
+                               : (const void *)rms_bwd_pipe<T, VEC, IT, SOLO>;
       else
-        kp = cluster ? NULL : (const void *)rms_bwd_pipe<T, VEC, IT, false>;
+        kp = cl != SOLO ? NULL : (const void *)rms_bwd_pipe<T, VEC, IT, SOLO>;
     }
     return 0;
   });
@@ -707,6 +807,7 @@ int plan_split(const nlk_norm *k, Plan *p)
   p->acc_smem = p->fused = false;
   p->stages = 0;
   p->cluster = 1;
+  p->share = false;
   const int64_t pre = (int64_t)k->sm_count * occupancy(p->pre, LOOP_BLOCK, 0);
   p->pre_grid = pre < k->M ? pre : k->M;
   p->col_blocks = (k->N / p->c.vec + SPLIT_BLOCK - 1) / SPLIT_BLOCK;
@@ -720,22 +821,48 @@ int plan_split(const nlk_norm *k, Plan *p)
   return NLK_OK;
 }
 
+/* The CTAs that would share each row (ROW_SHARE): the fewest, a power of two up to 8, that
+ * bring a CTA's slice to k->share_bytes or fewer; 1 (no sharing) for narrower rows, for the
+ * fused reduction (its grid barrier sums one partial row per CTA) and where N does not split
+ * evenly. The default, 32 KB, is what one CTA's registers hold (512 threads x 4 packs): one
+ * cluster barrier a row costs more than the sharing gains on rows a CTA holds alone (H100,
+ * 4096 x 16384 bf16 in 2 CTAs: 2190 against 2508 GB/s), and far less than the looping or
+ * split kernels lose on wider ones (4096 x 32768: 2569 against 1685). Whether the GPU runs
+ * such clusters is the plan's to find. */
+int row_share(const nlk_norm *k, Mapping m, int elt)
+{
+  const int64_t bytes = k->N * elt;
+  if ((m != PARTIALS && m != PERSISTENT) || k->share_bytes <= 0 || bytes <= k->share_bytes)
+    return 1;
+  if (m == PERSISTENT && k->dw && k->reduce != NLK_REDUCE_ATOMIC && k->fused_reduce)
+    return 1;
+  const int c = pow2ceil((bytes + k->share_bytes - 1) / k->share_bytes);
+  return c <= ROW_SHARE_MAX && k->N % c == 0 ? c : 1;
+}
+
 /* partials and persistent stage rmsnorm.bwd.stages rows, fewer when one group's staging
  * would not fit the shared memory; rows too wide for two stages (or for dW in registers) run
- * the two-pass looping kernel. */
+ * the two-pass looping kernel, unless `share` CTAs share each row (row_share), each then
+ * laying out N / share columns. A sharing the GPU cannot run plans again without. */
 template <typename T>
-int make_plan(const nlk_norm *k, Mapping m, Plan *p)
+int plan_rows(const nlk_norm *k, Mapping m, Plan *p, int share)
 {
   const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
   const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
   const int streams = k->dres ? 3 : 2, pack = pick_vec(k, sizeof(T)) * (int)sizeof(T);
+  nlk_norm slice = *k; /* the row as one CTA sees it */
+  slice.N = k->N / share;
   int stages = 0;
   p->flavor = m == ROW ? DIRECT : m == BLOCKROW ? REGS : PIPE;
   if (p->flavor == PIPE) {
-    stages = fit_stages(k, sizeof(T), mode, BWD_LIMITS[PIPE], streams, 1, &p->c);
+    stages = fit_stages(&slice, sizeof(T), mode, BWD_LIMITS[PIPE], streams, 1, &p->c);
   } else {
     p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, SmemCost{0, 0, 0});
   }
+  /* every lane below `share` sends the row's sum to one peer; ROW_SHARE_GROUPS rows a CTA */
+  if (share > 1 && (p->c.items == 0 || p->c.group < share ||
+                    rows_per_cta(p->c) > ROW_SHARE_GROUPS || pick_vec(&slice, sizeof(T)) * (int)sizeof(T) != pack))
+    return plan_rows<T>(k, m, p, 1);
   if (m == BLOCKROW && p->c.items == 0)
     return NLK_ERR_UNSUPPORTED;
   p->stages = stages;
@@ -747,19 +874,19 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
              (dw_spills || (sizeof(T) == 2 && k->split_min_n > 0 && k->N >= k->split_min_n));
   if (p->split)
     return plan_split<T>(k, p);
-  /* the kernel at the plan's pack width, plain or its clustered instance */
-  auto pick = [&](bool clustered) {
-    return p->c.vec == 1 ? kernel_for<T, 1>(p->c, p->flavor, clustered)
-                         : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor, clustered);
+  /* the kernel at the plan's pack width, for its use of clusters */
+  auto pick = [&](int cl) {
+    return p->c.vec == 1 ? kernel_for<T, 1>(p->c, p->flavor, cl)
+                         : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor, cl);
   };
-  p->kernel = pick(false);
+  p->kernel = pick(share > 1 ? ROW_SHARE : SOLO);
   const int64_t per_cta = rows_per_cta(p->c);
   p->smem = 0;
   p->acc_smem = false;
   if (p->c.items != 0 && p->flavor != DIRECT) {
     /* staging (PIPE), then each group's row of dW */
     const size_t staging = (size_t)stages * p->c.block * ((size_t)streams * p->c.items * pack + 4);
-    const size_t rows = (size_t)(per_cta * k->N) * sizeof(float);
+    const size_t rows = (size_t)(per_cta * slice.N) * sizeof(float);
     p->smem = staging > rows ? staging : rows;
   } else if (p->c.items == 0 && dw && k->N * (int64_t)sizeof(float) <= smem_budget()) {
     p->acc_smem = true;
@@ -773,17 +900,21 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
       p->smem = (size_t)p->c.block * sizeof(float);
   }
   if (allow_smem(p->kernel, p->smem) != cudaSuccess)
-    return NLK_ERR_UNSUPPORTED;
-  const int64_t groups = (k->M + per_cta - 1) / per_cta;
-  int64_t grid = groups;
-  /* clusters: only the pipelined kernel sums dW across CTAs (its CLUSTER instance), and only
-   * into partials; no more CTAs than the GPU holds in clusters at once (none before sm_90:
-   * no clusters then) */
+    return share > 1 ? plan_rows<T>(k, m, p, 1) : (int)NLK_ERR_UNSUPPORTED;
+  /* clusters (none before sm_90) of the pipelined kernel: `share` CTAs sharing each row, or
+   * k->cluster CTAs summing dW into one partial row (only into partials); no more CTAs than
+   * the GPU holds in clusters at once */
   p->cluster = 1;
+  p->share = share > 1;
   int64_t cluster_cap = 0;
-  if (p->flavor == PIPE && p->c.items != 0 && dw && !atomic && !p->fused && k->cluster > 1 &&
-      k->N % 4 == 0) {
-    const void *kc = pick(true);
+  if (p->share) {
+    cluster_cap = (int64_t)max_clusters(p->kernel, share, p->c.block, p->smem) * share;
+    if (cluster_cap < share)
+      return plan_rows<T>(k, m, p, 1);
+    p->cluster = share;
+  } else if (p->flavor == PIPE && p->c.items != 0 && dw && !atomic && !p->fused && k->cluster > 1 &&
+             k->N % 4 == 0) {
+    const void *kc = pick(DW_SUM);
     if (kc && allow_smem(kc, p->smem) == cudaSuccess)
       cluster_cap = (int64_t)max_clusters(kc, k->cluster, p->c.block, p->smem) * k->cluster;
     if (cluster_cap >= k->cluster) {
@@ -791,13 +922,17 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
       p->kernel = kc;
     }
   }
+  /* row groups: each a CTA's rows, or a cluster's when it shares them */
+  const int64_t groups = (k->M + per_cta - 1) / per_cta, per_group = p->share ? share : 1;
+  int64_t grid = groups * per_group;
   const int64_t sms = k->grid_sms > 0 && k->grid_sms < k->sm_count ? k->grid_sms : k->sm_count;
   if (m == PARTIALS) {
-    grid = sms < groups ? sms : groups;
+    grid = sms < grid ? sms : grid;
     if (p->cluster > 1 && grid > cluster_cap)
       grid = cluster_cap;
-    p->chunk = (k->M + grid - 1) / grid;
-    grid = (k->M + p->chunk - 1) / p->chunk;
+    const int64_t units = grid / per_group > 0 ? grid / per_group : 1;
+    p->chunk = (k->M + units - 1) / units;
+    grid = (k->M + p->chunk - 1) / p->chunk * per_group;
   } else if (m == PERSISTENT) {
     const int occ = occupancy(p->kernel, p->c.block, p->smem);
     /* the looping kernel re-reads each row in its second pass (from L2 while the rows in
@@ -806,17 +941,25 @@ int make_plan(const nlk_norm *k, Mapping m, Plan *p)
     int per_sm = want > 0 ? want : occ;
     if (p->fused && per_sm > occ)
       per_sm = occ; /* a cooperative launch needs every CTA resident */
-    grid = sms * per_sm;
+    const int64_t fit = sms * per_sm;
+    if (fit < grid)
+      grid = fit;
     if (p->cluster > 1 && grid > cluster_cap)
       grid = cluster_cap;
-    if (grid > groups)
-      grid = groups;
   }
-  /* a cluster's CTAs past the last row take no rows and add zeros */
-  grid = (grid + p->cluster - 1) / p->cluster * p->cluster;
+  /* whole clusters: sharing ones round down (each cluster takes a row group), summing ones up
+   * (a cluster's CTAs past the last row take no rows and add zeros) */
+  grid = p->share ? (grid / share > 0 ? grid / share : 1) * share
+                  : (grid + p->cluster - 1) / p->cluster * p->cluster;
   p->c.grid = grid;
   layout_ws(k, p, grid / p->cluster);
   return NLK_OK;
+}
+
+template <typename T>
+int make_plan(const nlk_norm *k, Mapping m, Plan *p)
+{
+  return plan_rows<T>(k, m, p, row_share(k, m, sizeof(T)));
 }
 
 template <typename T>
@@ -853,6 +996,7 @@ int launch_t(nlk_norm *k, Mapping m)
   }
   k->grid = (int32_t)(p.split ? p.c.grid * p.col_blocks : p.c.grid);
   k->block = p.c.block;
+  k->cluster_dim = p.cluster;
   void *args[] = {&a};
   if (p.fused)
     rc = cuda_result(k, cudaLaunchCooperativeKernel(p.kernel, dim3((unsigned)p.c.grid),

@@ -288,7 +288,7 @@ local function measure(p, cell, variant, bufs)
   row.bytes, row.extra_bytes = info.bytes, info.extra_bytes
   row.pct = roof > 0 and 100 * b.gbps / roof or nil
   row.deterministic, row.reduce = info.deterministic, info.reduce
-  row.grid, row.block = info.grid, info.block
+  row.grid, row.block, row.cluster = info.grid, info.block, info.cluster
   row.sets, row.footprint_bytes = b.sets, b.footprint_bytes
   return row
 end

@@ -197,7 +197,7 @@ end
 local function info_table(r)
   return {
     variant = ffi.string(r.variant), backend = r.backend, reduce = r.reduce,
-    deterministic = r.deterministic, grid = r.grid, block = r.block,
+    deterministic = r.deterministic, grid = r.grid, block = r.block, cluster = r.cluster,
     bytes = tonumber(r.bytes), extra_bytes = tonumber(r.extra_bytes),
     workspace_bytes = tonumber(r.workspace_bytes),
   }

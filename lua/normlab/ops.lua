@@ -106,7 +106,7 @@ end
 function M.info_table(i)
   return {variant = i.variant, backend = enums.backend.name[i.backend],
     reduce = enums.reduce.name[i.reduce], deterministic = i.deterministic ~= 0, grid = i.grid,
-    block = i.block, bytes = i.bytes, extra_bytes = i.extra_bytes,
+    block = i.block, cluster = i.cluster, bytes = i.bytes, extra_bytes = i.extra_bytes,
     workspace_bytes = i.workspace_bytes}
 end
 

@@ -442,7 +442,7 @@ end
 -- CSV: one line per row, every scalar field, plus check_<output>_<field> for each check.
 local CSV_FIELDS = {"op", "pass", "variant", "resolved", "device", "M", "N", "dtype", "status",
   "reason", "ms", "min_ms", "max_ms", "gbps", "extra_gbps", "pct", "bytes", "extra_bytes",
-  "deterministic", "reduce", "grid", "block"}
+  "deterministic", "reduce", "grid", "block", "cluster"}
 local CHECK_FIELDS = {"ok", "n_bad", "max_abs", "max_rel", "ulp_p50", "ulp_p99", "ulp_max"}
 
 local function csv_field(v)
