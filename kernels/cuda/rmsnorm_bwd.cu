@@ -139,9 +139,10 @@ __device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float
 }
 
 /* One row: s = sum(dy * W * xhat) reduced over the group by reduce(s) (every thread of the
- * CTA calls this the same number of times), dx = r * (dy * W - xhat * s / N) (+ the dres pack that
- * dres_of(item, pack) gives), and the row's dW contribution dy * xhat (xhat rounded to T as
- * the forward used it, except in gemma mode) handed to take(item, pack, contribution). */
+ * CTA calls this the same number of times), dx = r * (dy * W - xhat * s / N) (+ the dres
+ * pack that dres_of(item, pack) gives), and the row's dW contribution dy * xhat (xhat
+ * rounded to T as the forward used it, except in gemma mode) handed to take(item, pack,
+ * contribution). */
 template <typename T, int VEC, int ITEMS, typename Reduce, typename Dres, typename Take>
 __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool active, int lane,
                                         int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
@@ -749,7 +750,8 @@ struct Plan {
   int64_t pre_grid, col_blocks;
   bool fused;
   int cluster;           /* PIPE: CTAs per cluster, which share one partial row (1: none) */
-  bool share;            /* PIPE: the cluster's CTAs share each row (ROW_SHARE), else DW_SUM */
+  bool share;            /* PIPE: the cluster's CTAs share each row (ROW_SHARE), else they sum
+                          * dW (DW_SUM) */
   int64_t partial_rows;  /* rows of the fp32 partials/temp buffer (0: none) */
   bool accum_in_ws;      /* atomic reduction into an fp32 accumulator in the workspace */
   /* The workspace in floats: the partials (or temp), then the accumulator, then (split)
@@ -859,9 +861,10 @@ int plan_rows(const nlk_norm *k, Mapping m, Plan *p, int share)
   } else {
     p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, SmemCost{0, 0, 0});
   }
-  /* every lane below `share` sends the row's sum to one peer; ROW_SHARE_GROUPS rows a CTA */
-  if (share > 1 && (p->c.items == 0 || p->c.group < share ||
-                    rows_per_cta(p->c) > ROW_SHARE_GROUPS || pick_vec(&slice, sizeof(T)) * (int)sizeof(T) != pack))
+  /* a slice in registers, at the rows' pack width; each of the first `share` lanes of a group
+   * sends the row's sum to one peer; ROW_SHARE_GROUPS rows a CTA */
+  if (share > 1 && (p->c.items == 0 || pick_vec(&slice, sizeof(T)) * (int)sizeof(T) != pack ||
+                    p->c.group < share || rows_per_cta(p->c) > ROW_SHARE_GROUPS))
     return plan_rows<T>(k, m, p, 1);
   if (m == BLOCKROW && p->c.items == 0)
     return NLK_ERR_UNSUPPORTED;
