@@ -84,8 +84,12 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
     "CUDA persistent backward: 1 reduces dW in the same kernel after a grid barrier, 0 launches the reduce kernel"},
   [NL_SET_RMS_BWD_CLUSTER] = {"rmsnorm.bwd.cluster", 1, 1, 8, 1,
     "CUDA persistent and partials backward (sm_90): CTAs per thread-block cluster, which sum their dW through distributed shared memory before writing one partial row per cluster (1: a partial row per CTA)"},
-  [NL_SET_RMS_BWD_SHARE_BYTES] = {"rmsnorm.bwd.share_bytes", 32768, 0, 1 << 26, 1,
-    "CUDA persistent and partials backward (sm_90): rows of more bytes than this are shared by a thread-block cluster of the fewest CTAs (2 to 8) that leaves each at most this many, held in registers; the CTAs exchange each row's sum through distributed shared memory (one cluster barrier a row) and write one partial row (0: never; rmsnorm.bwd.cluster does not apply to shared rows)"},
+  [NL_SET_RMS_BWD_SHARE_N] = {"rmsnorm.bwd.share_n", 16384, 0, 1 << 24, 1,
+    "CUDA persistent and partials backward (sm_90), 16-bit rows: rows of more columns than this are shared by a thread-block cluster of the fewest CTAs that leaves each at most this many (within rmsnorm.bwd.share_max), held in registers; the CTAs exchange each row's sum through distributed shared memory and write one partial row (0: never; rmsnorm.bwd.cluster does not apply to shared rows)"},
+  [NL_SET_RMS_BWD_FP32_SHARE_N] = {"rmsnorm.bwd.fp32_share_n", 8192, 0, 1 << 24, 1,
+    "CUDA persistent and partials backward (sm_90): rmsnorm.bwd.share_n for fp32 rows"},
+  [NL_SET_RMS_BWD_SHARE_MAX] = {"rmsnorm.bwd.share_max", 4, 2, 8, 1,
+    "CUDA persistent and partials backward (sm_90): the most CTAs a cluster shares a row among (a power of two), unless a CTA's registers cannot hold the wider slice: then 8"},
   [NL_SET_RMS_BWD_GRID_SMS] = {"rmsnorm.bwd.grid_sms", 0, 0, 1 << 16, 1,
     "CUDA persistent and partials backward: SMs their grid spans (0: all of them; more than the GPU has: all)"},
 };
@@ -104,6 +108,7 @@ static const struct {
   {"H100", NL_SET_RMS_FWD_RELOAD_MIN_N, 0},
   {"H100", NL_SET_RMS_FWD_LOOP_CTAS_PER_SM, 2},
   {"H100", NL_SET_RMS_BWD_ITEMS, 2},
+  {"H100", NL_SET_RMS_BWD_SHARE_N, 8192},
 };
 
 #define MODEL_DEFS ((int)(sizeof model_defs / sizeof model_defs[0]))

@@ -75,7 +75,9 @@ static void tune_bwd(const nl_ctx *ctx, nlk_norm *k)
   k->split_min_n = (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_SPLIT_MIN_N);
   k->fused_reduce = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_FUSED_REDUCE);
   k->cluster = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_CLUSTER);
-  k->share_bytes = (int64_t)nl__setting(ctx, NL_SET_RMS_BWD_SHARE_BYTES);
+  k->share_n = (int64_t)nl__setting(ctx, k->dt == NLK_F32 ? NL_SET_RMS_BWD_FP32_SHARE_N
+                                                          : NL_SET_RMS_BWD_SHARE_N);
+  k->share_max = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_SHARE_MAX);
   k->grid_sms = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_GRID_SMS);
   k->stages = (int32_t)nl__setting(ctx, NL_SET_RMS_BWD_STAGES);
 }
@@ -161,13 +163,13 @@ static const char *auto_bwd(const nl_ctx *ctx, const nlk_norm *k)
    nlk_cuda_rms_bwd_blockrow_ws, nlk_cuda_rms_bwd_blockrow, NULL, tune_bwd},                       \
   {OPNAME ".bwd.partials", OP, NL_BWD, NL_CUDA, "partials",                                        \
    "grid = SM count over contiguous row chunks, next rows in flight through cp.async, dW in "      \
-   "registers, rows over rmsnorm.bwd.share_bytes shared by a cluster (sm_90); (SMs x N) "          \
+   "registers, rows over rmsnorm.bwd.share_n shared by a cluster (sm_90); (SMs x N) "          \
    "partials + reduce",                                                                            \
    LIMITS, DTYPES, NL_RED(NL_REDUCE_PARTIALS), NL_REDUCE_PARTIALS, rms_supports,                   \
    nlk_cuda_rms_bwd_partials_ws, nlk_cuda_rms_bwd_partials, NULL, tune_bwd},                       \
   {OPNAME ".bwd.persistent", OP, NL_BWD, NL_CUDA, "persistent",                                    \
    "grid = SMs x resident CTAs striding over rows, next rows in flight through cp.async, dW in "   \
-   "registers, rows over rmsnorm.bwd.share_bytes shared by a cluster (sm_90); partials reduced "   \
+   "registers, rows over rmsnorm.bwd.share_n shared by a cluster (sm_90); partials reduced "   \
    "after a grid barrier in the same kernel (rmsnorm.bwd.fused_reduce) or by the reduce kernel",   \
    LIMITS, DTYPES, RED_TP, NL_REDUCE_PARTIALS, rms_supports, nlk_cuda_rms_bwd_persistent_ws,       \
    nlk_cuda_rms_bwd_persistent, NULL, tune_bwd},                                                   \

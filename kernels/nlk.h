@@ -75,8 +75,11 @@ typedef struct nlk_norm {
   int32_t grid_sms;       /* persistent / partials backward: SMs the grid spans (0: all) */
   int32_t cluster;        /* pipelined backward (sm_90): CTAs per cluster summing dW through
                            * distributed shared memory, one partial row per cluster */
-  int64_t share_bytes;    /* pipelined backward (sm_90): rows of more bytes are shared by a
-                           * cluster of 2-8 CTAs, each holding at most this many (0: never) */
+  int64_t share_n;        /* pipelined backward (sm_90): rows of more columns are shared by a
+                           * cluster of CTAs, each holding at most this many (0: never); the
+                           * setting for x's dtype */
+  int32_t share_max;      /* ... in clusters of at most this many CTAs, 8 where a CTA's
+                           * registers need it */
   int32_t stages;         /* pipelined kernels (persistent, partials backward): rows each
                            * thread has in flight, the current one included (2..4) */
   int32_t early_weight;   /* one-row forward: load the weight with x, before the reduction */

@@ -301,41 +301,45 @@ describe("CUDA rmsnorm #cuda", function()
       end
     end)
 
-  it_cuda("rows shared by a thread-block cluster (rmsnorm.bwd.share_bytes)", function()
-    -- 16-bit rows: 1024 bytes a CTA shares N = 1024 among 2 CTAs and 4096 among 8, 4096 bytes
-    -- shares 16384 among 8, 16384 shares 16384 among 2 (and, as the default 32768 does, 65536
-    -- among 8). fp32 rows take twice as many. 1025 columns do not divide, so the plan falls
+  it_cuda("rows shared by a thread-block cluster (rmsnorm.bwd.share_n, share_max)", function()
+    -- share_n = 512 (clusters of up to 8) shares rows of 1024 among 2 CTAs and wider ones
+    -- among 8; 2048 (at most 2) shares 4096 and 16384 among 2, and 65536 among 4 or 8, as 2
+    -- CTAs' registers do not hold the slice; 8192 (at most 4: an H100's defaults) shares
+    -- 16384 among 2 and 65536 among 4 (fp32: 8). 1025 columns do not divide, so the plan falls
     -- back to unshared rows; M = 1 and 7 leave clusters without rows; 128-thread CTAs hold
     -- several rows each. Before sm_90 every plan falls back.
     local sm90 = cuda.info.cc_major >= 9
     local shapes = {{1, 1024}, {7, 65536}, {37, 1025}, {199, 4096}, {4099, 1024}, {37, 16384}}
     local weights = {"fp32", "x", "none"}
+    local settings = {{512, 8}, {2048, 2}, {8192, 4}}
     local shared = 0
     for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
-      local elt = dtype == "fp32" and 4 or 2
       for i, s in ipairs(shapes) do
         local weight, cast = weights[i % 3 + 1], i % 2 == 0 and "gemma" or "llama"
         local p = problem(s[1], s[2], dtype, {weight = weight, cast = cast,
           offset = cast == "gemma" and weight ~= "none" and 1 or 0, add = i == 4})
         reference(p)
-        for j, bytes in ipairs({1024, 4096, 16384}) do
-          with_settings({["rmsnorm.bwd.share_bytes"] = bytes, ["rmsnorm.bwd.stages"] = j + 1,
-            ["rmsnorm.bwd.block"] = j == 1 and 128 or 512}, function()
-            for _, v in ipairs({"partials", "persistent"}) do
-              check_bwd(p, v)
-              local dx, dw = poisoned({p.M, p.N}, p.dtype), p.w and poisoned({p.N}, p.w.dtype)
-              local info = nl.run((p.add and "add_rmsnorm" or "rmsnorm") .. ".bwd." .. v,
-                {dy = p.gdy, x = p.add and p.gh or p.gx, w = p.gw, rstd = p.grstd,
-                  dres = p.gdres, dx = dx, dw = dw, cast = p.cast, offset = p.offset})
-              free(dx, dw)
-              assert.is_true(info.cluster == 1 or sm90 and p.N % info.cluster == 0
-                and info.cluster <= 8 and p.N / info.cluster * elt <= bytes
-                and info.grid % info.cluster == 0)
-              shared = shared + (info.cluster > 1 and 1 or 0)
-            end
-            check_bwd(p, "persistent", {reduce = "atomic"})
-            check_bwd(p, "persistent", {inplace = true})
-          end)
+        for j, set in ipairs(settings) do
+          local share_n, share_max = set[1], set[2]
+          with_settings({["rmsnorm.bwd.share_n"] = share_n,
+            ["rmsnorm.bwd.fp32_share_n"] = share_n, ["rmsnorm.bwd.share_max"] = share_max,
+            ["rmsnorm.bwd.stages"] = j + 1, ["rmsnorm.bwd.block"] = j == 1 and 128 or 512},
+            function()
+              for _, v in ipairs({"partials", "persistent"}) do
+                check_bwd(p, v)
+                local dx, dw = poisoned({p.M, p.N}, p.dtype), p.w and poisoned({p.N}, p.w.dtype)
+                local info = nl.run((p.add and "add_rmsnorm" or "rmsnorm") .. ".bwd." .. v,
+                  {dy = p.gdy, x = p.add and p.gh or p.gx, w = p.gw, rstd = p.grstd,
+                    dres = p.gdres, dx = dx, dw = dw, cast = p.cast, offset = p.offset})
+                free(dx, dw)
+                local c = info.cluster
+                assert.is_true(c == 1 or sm90 and (c == 2 or c == 4 or c == 8) and p.N % c == 0
+                  and info.grid % c == 0 and (p.N / c <= share_n or c >= share_max))
+                shared = shared + (c > 1 and 1 or 0)
+              end
+              check_bwd(p, "persistent", {reduce = "atomic"})
+              check_bwd(p, "persistent", {inplace = true})
+            end)
         end
         release(p)
       end

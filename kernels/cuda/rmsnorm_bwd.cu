@@ -18,10 +18,10 @@
  * clusters of rmsnorm.bwd.cluster CTAs on sm_90 sum their dW through distributed shared
  * memory and write one partial row per cluster), while
  * its x, dy (and dres) packs of the next rmsnorm.bwd.stages - 1 rows are in flight through
- * cp.async into shared memory; DRAM stays busy across every row's reduction. Rows wider
- * than one CTA's registers hold (rmsnorm.bwd.share_bytes, 32 KB) are shared on sm_90 by a
- * cluster of up to 8 CTAs, which exchange each row's sum through distributed shared memory.
- * Wider still, or before sm_90, the kernel loops over the row twice, or (16-bit rows from
+ * cp.async into shared memory; DRAM stays busy across every row's reduction. On sm_90,
+ * rows wider than rmsnorm.bwd.share_n (8192) columns are shared by a cluster of up to 8
+ * CTAs, which exchange each row's sum through distributed shared memory. Rows wider than
+ * registers hold otherwise, the kernel loops over the row twice, or (16-bit rows from
  * rmsnorm.bwd.split_min_n, and any row whose dW outgrows shared memory) the row splits into
  * a row kernel and a column kernel. Every reduction sums in a fixed order, so results are
  * bitwise reproducible; the `atomic` reduction (fp32 atomicAdd into an accumulator) is not.
@@ -239,26 +239,63 @@ __device__ __forceinline__ void cluster_sum(float *out, const float *sm, int N, 
 #endif
 }
 
+/* ROW_SHARE's exchange of row sums, in each CTA's shared memory: for each of its groups
+ * (rows, at most ROW_SHARE_GROUPS) and two alternating sets, a slot per CTA of the cluster
+ * (at most ROW_SHARE_MAX) and the mbarrier that counts their bytes in. */
+enum { ROW_SHARE_GROUPS = 8, ROW_SHARE_MAX = 8 };
+struct Exchange {
+  float slots[2][ROW_SHARE_GROUPS][ROW_SHARE_MAX];
+  unsigned long long bars[2][ROW_SHARE_GROUPS];
+};
+
+/* Once per CTA, before the cluster barrier that starts ROW_SHARE: every mbarrier expects one
+ * arrival (its group's lane 0, which also announces the bytes) per phase; the fence makes the
+ * initialisation visible to the peers' asynchronous stores. */
+__device__ __forceinline__ void exchange_init(Exchange &ex)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x < 2 * ROW_SHARE_GROUPS) {
+    const unsigned bar = (unsigned)__cvta_generic_to_shared(&ex.bars[0][0] + threadIdx.x);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
 /* ROW_SHARE: the row's sum over the cluster's C CTAs, from s, the sum over this CTA's columns
- * (the same in every thread of the group). Lane k of the group puts s into slot q (this
- * CTA's rank) of CTA k's `slots` through distributed shared memory; after one cluster
- * barrier each CTA adds its C slots in rank order, so all get the same bits. Callers
- * alternate two sets of slots: a CTA rewrites a set only after the next row's barrier,
- * which each peer reaches only after reading that set. The barrier also keeps every CTA
- * (and its shared memory) alive while peers may still write into it, since all CTAs of a
- * cluster run the same rows. The host launches it from sm_90 only. */
-__device__ __forceinline__ float cluster_row_sum(float s, float *slots, int lane, int C)
+ * (the same in every thread of group grp). Lane k of the group stores s into slot q (this
+ * CTA's rank) of CTA k's set `set`, an asynchronous store that counts its 4 bytes on CTA k's
+ * mbarrier of that slot set; lane 0 announces the C x 4 bytes its own mbarrier awaits. Every
+ * thread waits for that phase (`phase`: the set's uses so far, mod 2) and adds the C slots in
+ * rank order, so every CTA gets the same bits. No cluster-wide barrier a row, whose release
+ * would also wait for this thread's outstanding global stores. A set is rewritten two rows
+ * later: a peer sends that row only after it received this CTA's sum of the row between,
+ * which this CTA sends only after reading the set. The host launches it from sm_90 only. */
+__device__ __forceinline__ float cluster_row_sum(float s, Exchange &ex, int set, int grp, int lane,
+                                                 int C, unsigned phase)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   unsigned q;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(q));
+  const unsigned bar = (unsigned)__cvta_generic_to_shared(&ex.bars[set][grp]);
+  float *slots = ex.slots[set][grp];
+  if (lane == 0)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(4 * C)
+                 : "memory");
   if (lane < C) {
-    unsigned peer;
+    unsigned peer_slot, peer_bar;
     const unsigned mine = (unsigned)__cvta_generic_to_shared(slots + q);
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(mine), "r"(lane));
-    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(peer), "f"(s) : "memory");
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer_slot) : "r"(mine), "r"(lane));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer_bar) : "r"(bar), "r"(lane));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 ::"r"(peer_slot), "r"(__float_as_uint(s)), "r"(peer_bar) : "memory");
   }
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{\n\t.reg .pred p;\n\t"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done) : "r"(bar), "r"(phase) : "memory");
   s = 0.f;
   for (int k = 0; k < C; k++)
     s += slots[k];
@@ -267,8 +304,9 @@ __device__ __forceinline__ float cluster_row_sum(float s, float *slots, int lane
 }
 
 /* The two halves of a cluster barrier (sm_90), for ROW_SHARE's start: a CTA may write into a
- * peer's shared memory only once the peer has started, so each arrives on entry and waits
- * (acquire) before its first exchange, with its first loads in flight meanwhile. */
+ * peer's shared memory only once the peer has started (and initialised its mbarriers), so
+ * each arrives on entry and waits (acquire) before its first exchange, with its first loads
+ * in flight meanwhile. */
 __device__ __forceinline__ void cluster_arrive()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -299,9 +337,6 @@ __device__ __forceinline__ void shift_cols(BwdArgs &a, int64_t c0)
   if (a.accum)
     a.accum += c0;
 }
-
-/* ROW_SHARE's exchange slots: at most this many groups (rows) per CTA and 8 CTAs. */
-enum { ROW_SHARE_GROUPS = 8, ROW_SHARE_MAX = 8 };
 
 /* What the pipelined kernel's thread-block clusters (sm_90) do: nothing (SOLO); sum their dW
  * and write one partial row (DW_SUM, cluster_sum); or share each row (ROW_SHARE), CTA q of
@@ -406,8 +441,11 @@ template <typename T, int VEC, int ITEMS, int CL>
 __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs a)
 {
   pdl_begin(a.pdl);
-  if constexpr (CL == ROW_SHARE)
+  __shared__ Exchange ex; /* ROW_SHARE only: the other instances drop it */
+  if constexpr (CL == ROW_SHARE) {
+    exchange_init(ex);
     cluster_arrive();
+  }
   using P = Pack<T, VEC>;
   const int C = CL == ROW_SHARE ? a.cluster : 1, ncols = a.N / C;
   const int64_t unit = blockIdx.x / C, units = gridDim.x / C;
@@ -417,8 +455,8 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
   const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = ncols / VEC, S = a.stages;
   extern __shared__ __align__(16) float dyn[];
   __shared__ float red[2][32];
-  __shared__ float sums[2][CL == ROW_SHARE ? ROW_SHARE_GROUPS : 1][ROW_SHARE_MAX];
-  int parity = 0, spar = 0;
+  int parity = 0;
+  unsigned uses = 0; /* ROW_SHARE: rows exchanged so far */
   const Staging<P, ITEMS> st(dyn, S, a.dres ? 3 : 2);
   Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
   float dw[ITEMS][VEC];
@@ -453,8 +491,8 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
   auto reduce = [&](float s) {
     s = group_reduce(s, G, red, parity);
     if constexpr (CL == ROW_SHARE) {
-      s = cluster_row_sum(s, sums[spar][grp], lane, C);
-      spar ^= 1;
+      s = cluster_row_sum(s, ex, uses & 1, grp, lane, C, (uses >> 1) & 1);
+      uses++;
     }
     return s;
   };
@@ -783,13 +821,18 @@ const void *kernel_for(const RowCfg &c, int flavor, int cl = SOLO)
     else if (flavor == REGS)
       kp = (const void *)rms_bwd_one<T, VEC, IT, REGS>;
     else if constexpr (BWD_LIMITS[PIPE](IT) > 0) {
-      /* no cluster instances at one item: at 1024 threads (64 registers) they would spill */
-      if constexpr (IT > 1)
+      /* no cluster instances at one item: at 1024 threads (64 registers) they would spill;
+       * shared rows only in 16-byte packs (the scalar instance spilled 12 bytes) */
+      if constexpr (IT == 1)
+        kp = cl != SOLO ? NULL : (const void *)rms_bwd_pipe<T, VEC, IT, SOLO>;
+      else if constexpr (VEC == 1)
+        kp = cl == DW_SUM ? (const void *)rms_bwd_pipe<T, VEC, IT, DW_SUM>
+             : cl == SOLO ? (const void *)rms_bwd_pipe<T, VEC, IT, SOLO>
+                          : NULL;
+      else
         kp = cl == DW_SUM      ? (const void *)rms_bwd_pipe<T, VEC, IT, DW_SUM>
              : cl == ROW_SHARE ? (const void *)rms_bwd_pipe<T, VEC, IT, ROW_SHARE>
                                : (const void *)rms_bwd_pipe<T, VEC, IT, SOLO>;
-      else
-        kp = cl != SOLO ? NULL : (const void *)rms_bwd_pipe<T, VEC, IT, SOLO>;
     }
     return 0;
   });
@@ -823,23 +866,25 @@ int plan_split(const nlk_norm *k, Plan *p)
   return NLK_OK;
 }
 
-/* The CTAs that would share each row (ROW_SHARE): the fewest, a power of two up to 8, that
- * bring a CTA's slice to k->share_bytes or fewer; 1 (no sharing) for narrower rows, for the
- * fused reduction (its grid barrier sums one partial row per CTA) and where N does not split
- * evenly. The default, 32 KB, is what one CTA's registers hold (512 threads x 4 packs): one
- * cluster barrier a row costs more than the sharing gains on rows a CTA holds alone (H100,
- * 4096 x 16384 bf16 in 2 CTAs: 2190 against 2508 GB/s), and far less than the looping or
- * split kernels lose on wider ones (4096 x 32768: 2569 against 1685). Whether the GPU runs
- * such clusters is the plan's to find. */
-int row_share(const nlk_norm *k, Mapping m, int elt)
+/* The CTAs that would share each row (ROW_SHARE): the fewest, a power of two, that bring a
+ * CTA's slice to k->share_n columns or fewer, at most k->share_max (plan_rows doubles it, up
+ * to 8, while the slice does not fit a CTA's registers); 1 (no sharing) for narrower rows,
+ * for the fused reduction (its grid barrier sums one partial row per CTA) and where N does
+ * not split evenly. Measured at M = 4096 (notes -22h, runs 64-65): an H100 runs best with
+ * 8192 columns a CTA in either dtype (bf16 16384: 2778 GB/s shared by 2, 2503 alone), an H200
+ * with 32 KB (bf16 16384: 3717 alone, 3451 by 2; fp32 16384: 3410 by 2, 2851 alone); 4 CTAs
+ * of 16384 bf16 columns beat 8 of 8192 at 65536 on both (clusters of 8 hold only 120 CTAs).
+ * Whether the GPU runs such clusters is the plan's to find. */
+int row_share(const nlk_norm *k, Mapping m)
 {
-  const int64_t bytes = k->N * elt;
-  if ((m != PARTIALS && m != PERSISTENT) || k->share_bytes <= 0 || bytes <= k->share_bytes)
+  if ((m != PARTIALS && m != PERSISTENT) || k->share_n <= 0 || k->N <= k->share_n)
     return 1;
   if (m == PERSISTENT && k->dw && k->reduce != NLK_REDUCE_ATOMIC && k->fused_reduce)
     return 1;
-  const int c = pow2ceil((bytes + k->share_bytes - 1) / k->share_bytes);
-  return c <= ROW_SHARE_MAX && k->N % c == 0 ? c : 1;
+  const int most = k->share_max < 2 ? 2 : k->share_max > ROW_SHARE_MAX ? ROW_SHARE_MAX : k->share_max;
+  int c = pow2ceil((k->N + k->share_n - 1) / k->share_n);
+  c = c > most ? pow2ceil(most) : c;
+  return k->N % c == 0 ? c : 1;
 }
 
 /* partials and persistent stage rmsnorm.bwd.stages rows, fewer when one group's staging
@@ -861,9 +906,12 @@ int plan_rows(const nlk_norm *k, Mapping m, Plan *p, int share)
   } else {
     p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, SmemCost{0, 0, 0});
   }
-  /* a slice in registers, at the rows' pack width; each of the first `share` lanes of a group
-   * sends the row's sum to one peer; ROW_SHARE_GROUPS rows a CTA */
-  if (share > 1 && (p->c.items == 0 || pick_vec(&slice, sizeof(T)) * (int)sizeof(T) != pack ||
+  /* a slice in registers (else more CTAs, up to 8), in 16-byte packs as the whole rows; each
+   * of the first `share` lanes of a group sends the row's sum to one peer; ROW_SHARE_GROUPS
+   * rows a CTA */
+  if (share > 1 && p->c.items == 0 && share < ROW_SHARE_MAX && k->N % (2 * share) == 0)
+    return plan_rows<T>(k, m, p, 2 * share);
+  if (share > 1 && (p->c.items == 0 || p->c.vec == 1 || pick_vec(k, sizeof(T)) == 1 ||
                     p->c.group < share || rows_per_cta(p->c) > ROW_SHARE_GROUPS))
     return plan_rows<T>(k, m, p, 1);
   if (m == BLOCKROW && p->c.items == 0)
@@ -962,7 +1010,7 @@ int plan_rows(const nlk_norm *k, Mapping m, Plan *p, int share)
 template <typename T>
 int make_plan(const nlk_norm *k, Mapping m, Plan *p)
 {
-  return plan_rows<T>(k, m, p, row_share(k, m, sizeof(T)));
+  return plan_rows<T>(k, m, p, row_share(k, m));
 }
 
 template <typename T>
