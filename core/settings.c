@@ -89,7 +89,7 @@ static const nl_setting_def defs[NL_SET_COUNT] = {
   [NL_SET_RMS_BWD_FP32_SHARE_N] = {"rmsnorm.bwd.fp32_share_n", 8192, 0, 1 << 24, 1,
     "CUDA persistent and partials backward (sm_90): rmsnorm.bwd.share_n for fp32 rows"},
   [NL_SET_RMS_BWD_SHARE_MAX] = {"rmsnorm.bwd.share_max", 4, 2, 8, 1,
-    "CUDA persistent and partials backward (sm_90): the most CTAs a cluster shares a row among (a power of two), unless a CTA's registers cannot hold the wider slice: then 8"},
+    "CUDA persistent and partials backward (sm_90): the most CTAs a cluster shares a row among (rounded up to a power of two), unless a CTA's registers cannot hold the wider slice: then 8"},
   [NL_SET_RMS_BWD_GRID_SMS] = {"rmsnorm.bwd.grid_sms", 0, 0, 1 << 16, 1,
     "CUDA persistent and partials backward: SMs their grid spans (0: all of them; more than the GPU has: all)"},
 };
