@@ -19,12 +19,13 @@
  * memory and write one partial row per cluster), while
  * its x, dy (and dres) packs of the next rmsnorm.bwd.stages - 1 rows are in flight through
  * cp.async into shared memory; DRAM stays busy across every row's reduction. On sm_90,
- * rows wider than rmsnorm.bwd.share_n (8192) columns are shared by a cluster of up to 8
- * CTAs, which exchange each row's sum through distributed shared memory. Rows wider than
- * registers hold otherwise, the kernel loops over the row twice, or (16-bit rows from
- * rmsnorm.bwd.split_min_n, and any row whose dW outgrows shared memory) the row splits into
- * a row kernel and a column kernel. Every reduction sums in a fixed order, so results are
- * bitwise reproducible; the `atomic` reduction (fp32 atomicAdd into an accumulator) is not.
+ * rows wider than rmsnorm.bwd.share_n (16-bit) or fp32_share_n columns are shared by a
+ * cluster of up to 8 CTAs, which exchange each row's sum through distributed shared memory.
+ * Rows wider than registers hold otherwise, the kernel loops over the row twice, or (16-bit
+ * rows from rmsnorm.bwd.split_min_n, and any row whose dW outgrows shared memory) the row
+ * splits into a row kernel and a column kernel. Every reduction sums in a fixed order, so
+ * results are bitwise reproducible; the `atomic` reduction (fp32 atomicAdd into an
+ * accumulator) is not.
  * dx may overwrite dy in place: each thread reads its packs of a row before writing them.
  */
 #include "common.cuh"
@@ -194,6 +195,12 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
   }
 }
 
+/* Row r of the fp32 partials (NULL when dW is not reduced through them). */
+__device__ __forceinline__ float *partial_row(const BwdArgs &a, int64_t r)
+{
+  return a.partials ? a.partials + r * a.N : NULL;
+}
+
 /* Column col of this CTA's dW into its partial row `out` (NULL: the atomic accumulator). */
 __device__ __forceinline__ void emit(const BwdArgs &a, float *out, int col, float v)
 {
@@ -202,6 +209,48 @@ __device__ __forceinline__ void emit(const BwdArgs &a, float *out, int col, floa
   else
     atomicAdd(a.accum + col, v);
 }
+
+/* Cluster primitives (sm_90; the host launches clusters from sm_90 only). Its two halves
+ * apart, a cluster barrier serves ROW_SHARE's start: a CTA may write into a peer's shared
+ * memory only once the peer has started (and initialised its mbarriers), so each arrives on
+ * entry and waits (acquire) before its first exchange, with its first loads in flight
+ * meanwhile. The kernels call these two on every architecture (as no-ops before sm_90). */
+__device__ __forceinline__ void cluster_arrive()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cluster_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* The rest only in sm_90 code: a full cluster barrier (release, acquire), this CTA's rank in
+ * its cluster, and the address of `addr` (in this CTA's shared memory) in CTA `rank`'s. */
+__device__ __forceinline__ void cluster_sync()
+{
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_rank()
+{
+  unsigned q;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(q));
+  return q;
+}
+
+__device__ __forceinline__ unsigned peer_shared(unsigned addr, unsigned rank)
+{
+  unsigned peer;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(addr), "r"(rank));
+  return peer;
+}
+#endif
 
 /* The cluster's dW (sm_90, C CTAs; N a multiple of 4), once each CTA has put its groups' dW
  * rows (R x N) into its own shared memory `sm`: CTA q of the cluster sums the q-th slice of
@@ -213,15 +262,13 @@ __device__ __forceinline__ void emit(const BwdArgs &a, float *out, int col, floa
 __device__ __forceinline__ void cluster_sum(float *out, const float *sm, int N, int R, int C)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-  unsigned q, base = (unsigned)__cvta_generic_to_shared(sm);
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(q));
+  cluster_sync();
+  const unsigned q = cluster_rank(), base = (unsigned)__cvta_generic_to_shared(sm);
   const int units = N / 4, per = (units + C - 1) / C, u1 = min(units, ((int)q + 1) * per);
   for (int u = (int)q * per + threadIdx.x; u < u1; u += blockDim.x) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int k = 0; k < C; k++) {
-      unsigned peer;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(base), "r"(k));
+      const unsigned peer = peer_shared(base, k);
       for (int r = 0; r < R; r++) {
         float4 v;
         asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -235,7 +282,7 @@ __device__ __forceinline__ void cluster_sum(float *out, const float *sm, int N, 
     }
     reinterpret_cast<float4 *>(out)[u] = acc;
   }
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  cluster_sync();
 #endif
 }
 
@@ -276,18 +323,14 @@ __device__ __forceinline__ float cluster_row_sum(float s, Exchange &ex, int set,
                                                  int C, unsigned phase)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned q;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(q));
-  const unsigned bar = (unsigned)__cvta_generic_to_shared(&ex.bars[set][grp]);
+  const unsigned q = cluster_rank(), bar = (unsigned)__cvta_generic_to_shared(&ex.bars[set][grp]);
   float *slots = ex.slots[set][grp];
   if (lane == 0)
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(4 * C)
                  : "memory");
   if (lane < C) {
-    unsigned peer_slot, peer_bar;
     const unsigned mine = (unsigned)__cvta_generic_to_shared(slots + q);
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer_slot) : "r"(mine), "r"(lane));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer_bar) : "r"(bar), "r"(lane));
+    const unsigned peer_slot = peer_shared(mine, lane), peer_bar = peer_shared(bar, lane);
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
                  ::"r"(peer_slot), "r"(__float_as_uint(s)), "r"(peer_bar) : "memory");
   }
@@ -302,24 +345,6 @@ __device__ __forceinline__ float cluster_row_sum(float s, Exchange &ex, int set,
     s += slots[k];
 #endif
   return s;
-}
-
-/* The two halves of a cluster barrier (sm_90), for ROW_SHARE's start: a CTA may write into a
- * peer's shared memory only once the peer has started (and initialised its mbarriers), so
- * each arrives on entry and waits (acquire) before its first exchange, with its first loads
- * in flight meanwhile. */
-__device__ __forceinline__ void cluster_arrive()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void cluster_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-#endif
 }
 
 /* ROW_SHARE: the arguments as CTA q of its cluster sees them, every column pointer advanced
@@ -424,8 +449,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
                                dw[i][j] = c[j];
                            });
     if (a.partials || a.accum)
-      cta_dw<VEC, ITEMS>(a, dw, lane, G, nvec, a.N,
-                         a.partials ? a.partials + (int64_t)blockIdx.x * a.N : NULL, dyn);
+      cta_dw<VEC, ITEMS>(a, dw, lane, G, nvec, a.N, partial_row(a, blockIdx.x), dyn);
   }
 }
 
@@ -436,8 +460,9 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
  * registers. dW stays in registers until the end: the CTA's row of partials (DW_SUM: the
  * cluster's), then (fused) a grid barrier and this CTA's slice of the final reduction.
  * ROW_SHARE: the C CTAs of a cluster walk the same rows, each over N / C columns (its
- * registers then hold rows C times wider), and exchange each row's sum (cluster_row_sum: one
- * cluster barrier a row); the cluster writes one partial row, a slice from each CTA. */
+ * registers then hold rows C times wider), and exchange each row's sum (cluster_row_sum:
+ * asynchronous stores counted in by mbarriers); the cluster writes one partial row, a slice
+ * from each CTA. */
 template <typename T, int VEC, int ITEMS, int CL>
 __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs a)
 {
@@ -531,6 +556,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
   copy_wait(0);
   if (!a.partials && !a.accum)
     return;
+  /* the CTA's partial row (sharing: its cluster's, from the CTA's first column) */
   float *out = NULL;
   if (a.partials)
     out = CL == ROW_SHARE ? a.partials + unit * a.N + (int64_t)(blockIdx.x % C) * ncols
@@ -577,7 +603,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
   __shared__ float red[2][32];
   extern __shared__ __align__(16) float dyn[];
   int parity = 0;
-  float *out = a.acc_smem ? dyn : a.partials ? a.partials + (int64_t)blockIdx.x * a.N : NULL;
+  float *out = a.acc_smem ? dyn : partial_row(a, blockIdx.x);
   if (out) {
     for (int col = threadIdx.x; col < a.N; col += blockDim.x)
       out[col] = 0.f;
@@ -610,7 +636,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
   if (a.acc_smem) {
     __syncthreads();
     for (int col = threadIdx.x; col < a.N; col += blockDim.x)
-      emit(a, a.partials ? a.partials + (int64_t)blockIdx.x * a.N : NULL, col, dyn[col]);
+      emit(a, partial_row(a, blockIdx.x), col, dyn[col]);
   }
   if (a.fused) {
     __threadfence();
