@@ -556,11 +556,9 @@ __global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs 
   copy_wait(0);
   if (!a.partials && !a.accum)
     return;
-  /* the CTA's partial row (sharing: its cluster's, from the CTA's first column) */
-  float *out = NULL;
-  if (a.partials)
-    out = CL == ROW_SHARE ? a.partials + unit * a.N + (int64_t)(blockIdx.x % C) * ncols
-                          : a.partials + (int64_t)blockIdx.x * a.N;
+  /* the CTA's partial row (sharing: its cluster's, from the CTA's first column, recomputed
+   * here rather than held in a register across the row loop) */
+  float *out = a.partials ? a.partials + unit * a.N + (int64_t)(blockIdx.x % C) * ncols : NULL;
   cta_dw<VEC, ITEMS, CL>(a, dw, lane, G, nvec, ncols, out, dyn);
   if (a.fused) {
     __threadfence();
