@@ -195,17 +195,17 @@ nl_status nl_bench(nl_ctx *ctx, const char *variant, const nl_norm_args *proto,
     return nl__err(ctx, NL_EUNSUPPORTED, "bench: CUDA-graph capture needs a CUDA device");
   if (o.graph && o.mode == NL_BENCH_FLUSH)
     return nl__err(ctx, NL_EUNSUPPORTED, "bench: graph capture times whole batches; flush mode times each launch alone");
-  batches = o.batches ? o.batches : (int)nl__setting(ctx, NL_SET_BENCH_BATCHES);
+  batches = o.batches ? o.batches : plan0.kn.bench.batches;
   if (batches > MAX_BATCHES)
     return nl__err(ctx, NL_EINVAL, "bench: at most %d batches", MAX_BATCHES);
-  warmup_ms = o.warmup_ms ? o.warmup_ms : nl__setting(ctx, NL_SET_BENCH_WARMUP_MS);
+  warmup_ms = o.warmup_ms ? o.warmup_ms : plan0.kn.bench.warmup_ms;
   if (warmup_ms == 0)
     warmup_ms = plan0.device.backend == NL_CUDA ? 300.0 : 50.0;
-  batch_ms = o.batch_ms ? o.batch_ms : nl__setting(ctx, NL_SET_BENCH_BATCH_MS);
+  batch_ms = o.batch_ms ? o.batch_ms : plan0.kn.bench.batch_ms;
   if (batch_ms == 0)
     batch_ms = plan0.device.backend == NL_CUDA ? 20.0 : 30.0;
   if (o.rotate_factor == 0)
-    o.rotate_factor = nl__setting(ctx, NL_SET_BENCH_ROTATE_FACTOR);
+    o.rotate_factor = plan0.kn.bench.rotate_factor;
   if (o.max_sets == 0)
     o.max_sets = 64;
 

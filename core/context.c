@@ -80,7 +80,7 @@ nl_status nl_ctx_new(nl_device device, nl_ctx **out)
     return NL_ENOMEM;
   ctx->refs = 1;
   ctx->seed = 0x6e6c6162u;  /* "nlab" */
-  nl__settings_defaults(ctx);
+  ctx->device_gpu = "";
   st = nl__check_device(ctx, device);
   if (st != NL_OK) {
     /* The context is still handed out so the caller can read the message; it falls back
@@ -92,7 +92,7 @@ nl_status nl_ctx_new(nl_device device, nl_ctx **out)
   }
   ctx->device = device;
   *out = ctx;
-  return nl__settings_for_device(ctx);
+  return nl__gpu_name(ctx, ctx->device, &ctx->device_gpu);
 }
 
 void nl__ctx_release(nl_ctx *ctx)
@@ -129,7 +129,7 @@ nl_status nl_ctx_set_device(nl_ctx *ctx, nl_device device)
   if (st != NL_OK)
     return st;
   ctx->device = device;
-  return nl__settings_for_device(ctx);
+  return nl__gpu_name(ctx, ctx->device, &ctx->device_gpu);
 }
 
 nl_status nl_ctx_sync(nl_ctx *ctx, nl_device device)
@@ -144,8 +144,9 @@ nl_status nl_ctx_sync(nl_ctx *ctx, nl_device device)
 
 int nl__threads(const nl_ctx *ctx)
 {
-  int t = (int)nl__setting(ctx, NL_SET_CPU_THREADS);
-  return t > 0 ? t : omp_get_num_procs();
+  nl_knobs kn;
+  nl__knobs(ctx, ctx->device_gpu, &kn);
+  return kn.cpu.threads > 0 ? kn.cpu.threads : omp_get_num_procs();
 }
 
 const char *nl__device_name(nl_device d, char *buf, size_t cap)

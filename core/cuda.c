@@ -14,7 +14,7 @@
 #ifdef NL_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "cuda/cuda_kernels.h"
+#include "cuda/nlk_cuda.h"
 
 struct nl_cuda_state {
   cudaStream_t stream;
@@ -376,6 +376,11 @@ done:
   return st;
 }
 
+void nl__cuda_kernel_name(const void *kernel, char *buf, size_t cap)
+{
+  nlk_cuda_kernel_name(kernel, buf, cap);
+}
+
 #else /* !NL_HAVE_CUDA */
 
 static nl_status nodev(nl_ctx *ctx)
@@ -404,5 +409,6 @@ nl_status nl__cuda_graph_end(nl_ctx *ctx, int dev) { return nodev(ctx); }
 nl_status nl__cuda_graph_launch(nl_ctx *ctx, int dev) { return nodev(ctx); }
 void nl__cuda_graph_drop(nl_ctx *ctx, int dev) {}
 nl_status nl__cuda_copy_bw(nl_ctx *ctx, int dev, double *gbps) { return nodev(ctx); }
+void nl__cuda_kernel_name(const void *kernel, char *buf, size_t cap) { if (cap) buf[0] = '\0'; }
 
 #endif

@@ -13,47 +13,31 @@
 
 enum { NL_MAX_CUDA = 16 };
 
-/* Indices into nl_ctx.settings; the table of keys, defaults and docs is in settings.c. */
-enum nl_setting_id {
-  NL_SET_CPU_THREADS,
-  NL_SET_CPU_PERSISTENT_MIN_M,
-  NL_SET_BENCH_WARMUP_MS,
-  NL_SET_BENCH_BATCH_MS,
-  NL_SET_BENCH_BATCHES,
-  NL_SET_BENCH_ROTATE_FACTOR,
-  NL_SET_CUDA_PDL,
-  NL_SET_RMS_FWD_BLOCKROW_MAX_N,
-  NL_SET_RMS_FWD_BLOCKROW_MAX_M,
-  NL_SET_RMS_FWD_BLOCKROW_BLOCK,
-  NL_SET_RMS_FWD_PERSISTENT_MIN_M,
-  NL_SET_RMS_FWD_PERSISTENT_MIN_N,
-  NL_SET_RMS_FWD_ITEMS,
-  NL_SET_RMS_FWD_BLOCK,
-  NL_SET_RMS_FWD_CTAS_PER_SM,
-  NL_SET_RMS_FWD_LOOP_CTAS_PER_SM,
-  NL_SET_RMS_FWD_STAGES,
-  NL_SET_RMS_FWD_EARLY_WEIGHT_MAX_N,
-  NL_SET_RMS_FWD_RELOAD_MIN_N,
-  NL_SET_RMS_FWD_STAGED_ITEMS,
-  NL_SET_RMS_BWD_BLOCKROW_MAX_N,
-  NL_SET_RMS_BWD_BLOCKROW_BLOCK,
-  NL_SET_RMS_BWD_PARTIALS_MIN_M,
-  NL_SET_RMS_BWD_PERSISTENT_MIN_M,
-  NL_SET_RMS_BWD_FP32_PARTIALS_MAX_N,
-  NL_SET_RMS_BWD_ITEMS,
-  NL_SET_RMS_BWD_BLOCK,
-  NL_SET_RMS_BWD_CTAS_PER_SM,
-  NL_SET_RMS_BWD_LOOP_CTAS_PER_SM,
-  NL_SET_RMS_BWD_SPLIT_MIN_N,
-  NL_SET_RMS_BWD_FUSED_REDUCE,
-  NL_SET_RMS_BWD_CLUSTER,
-  NL_SET_RMS_BWD_SHARE_N,
-  NL_SET_RMS_BWD_FP32_SHARE_N,
-  NL_SET_RMS_BWD_SHARE_MAX,
-  NL_SET_RMS_BWD_GRID_SMS,
-  NL_SET_RMS_BWD_STAGES,
-  NL_SET_COUNT
-};
+/* The settings' values for one launch: nl_set's values, else the defaults of the launch's
+ * GPU model (settings.c's table says which setting lands in which field). */
+typedef struct nl_knobs {
+  struct {
+    int32_t threads;
+    int64_t persistent_min_m;
+  } cpu;
+  struct {
+    double warmup_ms, batch_ms, rotate_factor;
+    int32_t batches;
+  } bench;
+  int32_t pdl;
+  /* the CUDA auto resolvers' thresholds */
+  struct {
+    int64_t blockrow_max_n, blockrow_max_m, persistent_min_m, persistent_min_n;
+  } rms_fwd;
+  struct {
+    int64_t blockrow_max_n, partials_min_m, persistent_min_m, fp32_partials_max_n;
+  } rms_bwd;
+  /* the kernels' tuning, copied into nlk_norm */
+  nlk_fwd_tune fwd;
+  nlk_bwd_tune bwd;
+} nl_knobs;
+
+enum { NL_SETTINGS_MAX = 64 };
 
 /* Scratch memory of one device, grown on demand and kept for the context's lifetime. */
 typedef struct nl_ws {
@@ -68,11 +52,10 @@ struct nl_ctx {
   nl_device device;               /* default device */
   nl_status sticky;               /* latched fatal CUDA error, NL_OK otherwise */
   char err[1024];
-  double settings[NL_SET_COUNT];              /* values given with nl_set */
-  unsigned char settings_user[NL_SET_COUNT];  /* which settings nl_set gave; the others take
-                                               * the defaults of the GPU model in use */
+  double settings[NL_SETTINGS_MAX];              /* values given with nl_set */
+  unsigned char settings_user[NL_SETTINGS_MAX];  /* which settings nl_set gave; the others
+                                                  * take the defaults of the GPU in use */
   const char *device_gpu;         /* the default device's GPU name, "" for the CPU */
-  const char *plan_gpu;           /* while nl__plan runs a CUDA plan: its GPU's name, else "" */
   uint64_t seed;
   volatile int interrupt;         /* set from signal handlers; cleared at the start of long calls */
   nl_ws ws_cpu;
@@ -110,11 +93,10 @@ int nl__same_device(nl_device a, nl_device b);
 void *nl__ws(nl_ctx *ctx, nl_device d, size_t bytes, nl_status *st);
 double nl__now_ms(void);
 
-/* settings.c */
-double nl__setting(const nl_ctx *ctx, enum nl_setting_id id);
-void nl__settings_defaults(nl_ctx *ctx);
-nl_status nl__settings_for_device(nl_ctx *ctx);
-void nl__settings_for_plan(nl_ctx *ctx, const char *gpu); /* gpu: kept, not copied */
+/* settings.c: the knobs of a launch on the GPU named gpu ("": the CPU), and that name for
+ * a device (the context keeps it). */
+void nl__knobs(const nl_ctx *ctx, const char *gpu, nl_knobs *out);
+nl_status nl__gpu_name(nl_ctx *ctx, nl_device d, const char **name);
 
 /* buffer.c */
 size_t nl__buf_row_bytes(const nl_buf *b);
@@ -139,7 +121,9 @@ static inline nl_buf **nl__arg_slot(nl_norm_args *a, int f)
 typedef struct nl_variant nl_variant;
 typedef struct nl_plan {
   const nl_variant *v;
+  const nlk_strategy *ks;   /* v's kernels */
   nl_device device;
+  nl_knobs kn;              /* the settings this launch takes */
   nlk_norm k;
   int64_t bytes;
   int32_t deterministic;
@@ -164,6 +148,7 @@ nl_status nl__cuda_sync(nl_ctx *ctx, int dev);
 void *nl__cuda_stream(nl_ctx *ctx, int dev, nl_status *st);
 void nl__cuda_release(nl_ctx *ctx);
 void *nl__cuda_sync_words(nl_ctx *ctx, int dev, nl_status *st);
+void nl__cuda_kernel_name(const void *kernel, char *buf, size_t cap); /* "" without CUDA */
 /* Timing of a batch of launches on one device's stream. */
 nl_status nl__cuda_timer_start(nl_ctx *ctx, int dev);
 nl_status nl__cuda_timer_stop(nl_ctx *ctx, int dev, double *ms);

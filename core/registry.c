@@ -92,6 +92,24 @@ static nl_status parse_name(nl_ctx *ctx, const char *name, int *op, int *pass, c
 
 /* ---- the registry ---- */
 
+/* The kernels of `strategy` for a pass on a backend, from its kernel files' tables. */
+static const nlk_strategy *kernels_of(int backend, int pass, const char *strategy)
+{
+  const nlk_strategy *const *tables = backend == NL_CUDA ? nl__cuda_kernels : nl__cpu_kernels;
+  for (; *tables; tables++)
+    for (const nlk_strategy *s = *tables; s->name; s++)
+      if (s->pass == pass && strcmp(s->name, strategy) == 0)
+        return s;
+  return NULL;
+}
+
+int nl__fits(int backend, int pass, const char *strategy, const nlk_norm *k)
+{
+  char why[256];
+  const nlk_strategy *s = kernels_of(backend, pass, strategy);
+  return s && (!s->supports || s->supports(k, why, sizeof why) == NLK_OK);
+}
+
 int32_t nl_variant_count(void) { return nl__cpu_variant_count + nl__cuda_variant_count; }
 
 static const nl_variant *variant_at(int i)
@@ -109,6 +127,8 @@ nl_status nl_variant_describe(int32_t index, nl_variant_desc *out)
   const nl_variant *v = variant_at(index);
   if (!v || !out)
     return NL_EINVAL;
+  if (!v->resolve && !kernels_of(v->backend, v->pass, v->strategy))
+    return NL_EINTERNAL; /* a registry line naming a strategy no kernel file exports */
   out->name = v->name;
   out->op = op_names[v->op];
   out->pass = pass_names[v->pass];
@@ -317,20 +337,9 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
   return NL_OK;
 }
 
-static nl_status make_plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args,
-                           nl_plan *plan);
-
-/* The resolvers and tuning hooks read the settings with the defaults of the plan's GPU. */
+/* Validates, takes the settings of the data's device (its GPU model's defaults), resolves
+ * `auto` and checks that the strategy takes the shape. */
 nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, nl_plan *plan)
-{
-  nl_status st = make_plan(ctx, variant, args, plan);
-  if (ctx)
-    nl__settings_for_plan(ctx, NULL);
-  return st;
-}
-
-static nl_status make_plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args,
-                           nl_plan *plan)
 {
   char strategy[48], why[256], list[256];
   const nl_variant *v;
@@ -352,21 +361,26 @@ static nl_status make_plan(nl_ctx *ctx, const char *variant, const nl_norm_args 
     return st;
   backend = plan->device.backend;
   if (backend == NL_CUDA) {
-    plan->k.stream = nl__cuda_stream(ctx, plan->device.index, &st);
+    nl_device_info info;
+    const int dev = plan->device.index;
+    if ((st = nl_device_query(ctx, plan->device, &info)) != NL_OK)
+      return st;
+    plan->k.stream = nl__cuda_stream(ctx, dev, &st);
     if (st != NL_OK)
       return st;
-    plan->k.sync = nl__cuda_sync_words(ctx, plan->device.index, &st);
+    plan->k.sync = nl__cuda_sync_words(ctx, dev, &st);
     if (st != NL_OK)
       return st;
-    {
-      nl_device_info info;
-      if ((st = nl_device_query(ctx, plan->device, &info)) != NL_OK)
-        return st;
-      plan->k.sm_count = info.sm_count;
-      nl__settings_for_plan(ctx, ctx->cuda_info[plan->device.index].name);
-    }
-    plan->k.pdl = (int32_t)nl__setting(ctx, NL_SET_CUDA_PDL);
+    plan->k.device = dev;
+    plan->k.sm_count = info.sm_count;
+    plan->k.smem_optin = info.smem_per_block_optin;
+    nl__knobs(ctx, ctx->cuda_info[dev].name, &plan->kn);
+  } else {
+    nl__knobs(ctx, "", &plan->kn);
   }
+  plan->k.pdl = plan->kn.pdl;
+  plan->k.fwd = plan->kn.fwd;
+  plan->k.bwd = plan->kn.bwd;
   v = find(op, pass, strategy, backend);
   if (!v)
     return nl__err(ctx, NL_EUNSUPPORTED, "%s has no %s implementation (%s.%s on %s: %s)", variant,
@@ -375,13 +389,17 @@ static nl_status make_plan(nl_ctx *ctx, const char *variant, const nl_norm_args 
   if (v->resolve) {
     const char *s;
     plan->k.reduce = args->reduce; /* what the caller asked for (0: any), for the resolver */
-    s = v->resolve(ctx, &plan->k);
+    s = v->resolve(&plan->kn, &plan->k);
     const nl_variant *r = find(op, pass, s, backend);
     if (!r || r->resolve)
       return nl__err(ctx, NL_EINTERNAL, "%s resolved to '%s', which does not exist", variant, s);
     v = r;
   }
   plan->v = v;
+  plan->ks = kernels_of(backend, pass, v->strategy);
+  if (!plan->ks)
+    return nl__err(ctx, NL_EINTERNAL, "%s: no kernel file exports strategy '%s'", v->name,
+                   v->strategy);
   if (!(v->dtypes & NL_DT(plan->k.dt))) { /* weights are fp32 or x's dtype: validated */
     list_dtypes(v->dtypes, list, sizeof list);
     return nl__err(ctx, NL_EUNSUPPORTED, "%s: dtype %s is not supported (it takes %s)", v->name,
@@ -397,17 +415,15 @@ static nl_status make_plan(nl_ctx *ctx, const char *variant, const nl_norm_args 
     plan->k.reduce = r;
   }
   plan->deterministic = plan->k.reduce != NLK_REDUCE_ATOMIC;
-  if (v->tune)
-    v->tune(ctx, &plan->k);
-  if (v->supports && (st = v->supports(ctx, &plan->k, why, sizeof why)) != NL_OK)
-    return nl__err(ctx, st, "%s: %s", v->name, why);
+  if (plan->ks->supports && plan->ks->supports(&plan->k, why, sizeof why) != NLK_OK)
+    return nl__err(ctx, NL_EUNSUPPORTED, "%s: %s", v->name, why);
   return NL_OK;
 }
 
 nl_status nl__plan_workspace(nl_ctx *ctx, nl_plan *plan)
 {
   nl_status st = NL_OK;
-  size_t bytes = plan->v->workspace ? plan->v->workspace(&plan->k) : 0;
+  size_t bytes = plan->ks->workspace ? plan->ks->workspace(&plan->k) : 0;
   plan->k.ws_bytes = bytes;
   plan->k.ws = bytes ? nl__ws(ctx, plan->device, bytes, &st) : NULL;
   return st;
@@ -416,7 +432,8 @@ nl_status nl__plan_workspace(nl_ctx *ctx, nl_plan *plan)
 nl_status nl__launch(nl_ctx *ctx, nl_plan *plan)
 {
   plan->k.cluster_dim = plan->device.backend == NL_CUDA ? 1 : 0;
-  int rc = plan->v->launch(&plan->k);
+  plan->k.kernel = NULL;
+  int rc = plan->ks->launch(&plan->k);
   switch (rc) {
   case NLK_OK: return NL_OK;
   case NLK_ERR_CUDA: return nl__cuda_check(ctx, plan->k.cuda_error, plan->v->name);
@@ -440,6 +457,8 @@ void nl__plan_info(const nl_plan *plan, nl_run_info *info)
   info->bytes = plan->bytes;
   info->workspace_bytes = (int64_t)plan->k.ws_bytes;
   info->extra_bytes = 2 * (int64_t)plan->k.ws_bytes;
+  if (plan->device.backend == NL_CUDA)
+    nl__cuda_kernel_name(plan->k.kernel, info->kernel, sizeof info->kernel);
 }
 
 nl_status nl_supports(nl_ctx *ctx, const char *variant, const nl_norm_args *args)

@@ -21,9 +21,41 @@ enum { NLK_NONE = -1 };
 enum { NLK_CAST_LLAMA = 0, NLK_CAST_GEMMA = 1, NLK_CAST_NONE = 2 };
 enum { NLK_REDUCE_TEMP = 1, NLK_REDUCE_PARTIALS = 2, NLK_REDUCE_ATOMIC = 3 };
 enum { NLK_RMSNORM = 0, NLK_LAYERNORM = 1, NLK_ADD_RMSNORM = 2 };
+enum { NLK_FWD = 0, NLK_BWD = 1 };
 
 /* Error codes of launchers: 0 ok; NLK_ERR_CUDA with the cudaError_t in nlk_norm.cuda_error. */
 enum { NLK_OK = 0, NLK_ERR_CUDA = 1, NLK_ERR_NOMEM = 2, NLK_ERR_UNSUPPORTED = 3 };
+
+/* The tuning of the CUDA forward strategies: where the rmsnorm.fwd.* settings land (the
+ * table in core/settings.c names the field of each). */
+typedef struct nlk_fwd_tune {
+  int32_t items;              /* target 16-byte packs per thread per row; 0: looping kernel */
+  int32_t block;              /* persistent: preferred threads per CTA */
+  int32_t blockrow_block;     /* blockrow: threads per CTA */
+  int32_t ctas_per_sm;        /* persistent grid (0: as many as fit) */
+  int32_t loop_ctas_per_sm;   /* looping kernel's grid (0: as many as fit) */
+  int32_t stages;             /* persistent: rows in flight per thread, the current one included */
+  int32_t staged_items;       /* staged: packs per thread */
+  int64_t early_weight_max_n; /* one-row kernels: the weight loaded with x up to this N */
+  int64_t reload_min_n;       /* one-row kernels: x read twice from this N (0: never) */
+} nlk_fwd_tune;
+
+/* The tuning of the CUDA backward strategies (rmsnorm.bwd.*). */
+typedef struct nlk_bwd_tune {
+  int32_t items;              /* target 16-byte packs per thread per row */
+  int32_t block;              /* persistent, partials: preferred threads per CTA */
+  int32_t blockrow_block;     /* blockrow: threads per CTA */
+  int32_t ctas_per_sm;        /* persistent grid (0: as many as fit) */
+  int32_t loop_ctas_per_sm;   /* persistent's looping kernel's grid (0: as many as fit) */
+  int32_t stages;             /* pipelined kernels: rows in flight per thread */
+  int32_t fused_reduce;       /* persistent: dW reduced after a grid barrier in the same kernel */
+  int32_t cluster;            /* CTAs per cluster summing dW in distributed shared memory */
+  int32_t share_max;          /* most CTAs a cluster shares a row among */
+  int32_t grid_sms;           /* SMs the persistent and partials grids span (0: all) */
+  int64_t split_min_n;        /* 16-bit rows too wide for registers: split from this N */
+  int64_t share_n;            /* 16-bit rows wider than this are shared by a cluster (0: never) */
+  int64_t fp32_share_n;       /* the same for fp32 rows */
+} nlk_bwd_tune;
 
 typedef struct nlk_norm {
   int32_t op;             /* NLK_RMSNORM, NLK_LAYERNORM, NLK_ADD_RMSNORM */
@@ -51,49 +83,51 @@ typedef struct nlk_norm {
   int32_t cast;
   int32_t reduce;   /* NLK_REDUCE_*, resolved by the core */
 
-  void *ws;         /* scratch sized by the variant's workspace query, on the data's device */
+  void *ws;         /* scratch sized by the strategy's workspace query, on the data's device */
   size_t ws_bytes;
 
   /* execution */
   int32_t threads;  /* CPU worker threads */
   void *stream;     /* cudaStream_t */
+  int32_t device;   /* CUDA ordinal: launchers key their per-device caches by it */
   int32_t sm_count;
-  int32_t pdl;      /* CUDA: programmatic dependent launch of the norm kernels */
+  int64_t smem_optin; /* CUDA: dynamic shared memory one CTA may opt in to */
   void *sync;       /* CUDA: device words for grid barriers, zeroed once per context: word 0
                      * counts arrivals and must be left at zero, word 1 is a generation */
+  int32_t pdl;      /* CUDA: programmatic dependent launch of the norm kernels (cuda.pdl) */
+  nlk_fwd_tune fwd;
+  nlk_bwd_tune bwd;
 
-  /* tuning, set from the context's settings before supports/workspace/launch */
-  int32_t items;          /* target 16-byte vectors per thread per row */
-  int32_t block_pref;     /* persistent / partials: preferred threads per CTA */
-  int32_t rows_block;     /* blockrow: threads per CTA */
-  int32_t ctas_per_sm;    /* persistent grids: CTAs per SM (0: as many as fit) */
-  int32_t loop_ctas;      /* the same for the looping kernels (rows wider than registers) */
-  int64_t split_min_n;    /* backward 16-bit rows the looping kernel would take: from this N, a
-                           * row kernel and a column kernel instead (0: only where the looping
-                           * kernel's dW row outgrows shared memory) */
-  int32_t fused_reduce;   /* persistent backward: reduce dW partials in-kernel after a grid barrier */
-  int32_t grid_sms;       /* persistent / partials backward: SMs the grid spans (0: all) */
-  int32_t cluster;        /* pipelined backward (sm_90): CTAs per cluster summing dW through
-                           * distributed shared memory, one partial row per cluster */
-  int64_t share_n;        /* pipelined backward (sm_90): rows of more columns are shared by a
-                           * cluster of CTAs, each holding at most this many (0: never); the
-                           * setting for x's dtype */
-  int32_t share_max;      /* ... in clusters of at most this many CTAs, 8 where a CTA's
-                           * registers need it */
-  int32_t stages;         /* pipelined kernels (persistent, partials backward): rows each
-                           * thread has in flight, the current one included (2..4) */
-  int32_t early_weight;   /* one-row forward: load the weight with x, before the reduction */
-  int32_t reload;         /* one-row rmsnorm forward: read x twice, the second time from L1 */
   int32_t cuda_error;     /* [out] cudaError_t when a launcher returns NLK_ERR_CUDA */
   int32_t grid;           /* [out] blocks (CUDA) or threads (CPU) used by the main kernel */
   int32_t block;          /* [out] threads per block */
   int32_t cluster_dim;    /* [out] CUDA: CTAs per thread-block cluster of the main kernel (1: none) */
+  const void *kernel;     /* [out] CUDA: the main kernel launched (its host stub) */
   const volatile int *interrupt; /* CPU kernels may poll it between rows; may be NULL */
 } nlk_norm;
+
+/* A strategy as its kernel file exports it. Each kernel file has one table of these, ended
+ * by an entry whose name is NULL; a registry line (core/variants_*.c) names a strategy and
+ * the core finds it there, so adding one touches the kernel file and that line. */
+typedef struct nlk_strategy {
+  const char *name;       /* the <strategy> of "<op>.<pass>.<strategy>" */
+  int32_t pass;           /* NLK_FWD or NLK_BWD */
+  int (*launch)(nlk_norm *k);
+  size_t (*workspace)(const nlk_norm *k);   /* scratch bytes; NULL: none */
+  /* Shapes beyond what the core validates: NLK_OK, or NLK_ERR_UNSUPPORTED with the reason
+   * written to why. NULL: every validated argument set. */
+  int (*supports)(const nlk_norm *k, char *why, size_t cap);
+} nlk_strategy;
 
 static inline int nlk_dtype_size(int32_t dt)
 {
   return dt == NLK_F64 ? 8 : dt == NLK_F32 ? 4 : (dt == NLK_F16 || dt == NLK_BF16) ? 2 : 1;
+}
+
+static inline const char *nlk_dtype_name(int32_t dt)
+{
+  static const char *const names[] = {"fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "fp64"};
+  return dt >= 0 && dt <= NLK_F64 ? names[dt] : "?";
 }
 
 #ifdef __cplusplus

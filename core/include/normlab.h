@@ -164,6 +164,8 @@ typedef struct nl_run_info {
   int64_t bytes;          /* byte model: every input read once + every output written once */
   int64_t extra_bytes;    /* scratch traffic (temps, partials) written plus read */
   int64_t workspace_bytes;
+  char kernel[128];       /* CUDA: the main kernel that ran, e.g. "fwd_one<__nv_bfloat16, 8, 2,
+                           * false, true>" (a plan's row mapping and layout); CPU: "" */
 } nl_run_info;
 
 typedef struct nl_bench_opts {

@@ -150,12 +150,12 @@ static void bwd_row(const nlk_norm *k, int64_t i, int64_t next, const float *W, 
 /* Gradient outputs (dw, db) this call must produce. */
 static int bwd_outputs(const nlk_norm *k) { return nlc_has_dw(k) + nlc_has_db(k); }
 
-size_t nlk_cpu_row_bwd_ws(const nlk_norm *k)
+static size_t row_bwd_ws(const nlk_norm *k)
 {
   return (size_t)k->M * (size_t)k->N * sizeof(float) * (size_t)bwd_outputs(k);
 }
 
-size_t nlk_cpu_persistent_bwd_ws(const nlk_norm *k)
+static size_t persistent_bwd_ws(const nlk_norm *k)
 {
   return (size_t)nlc_threads(k) * (size_t)k->N * sizeof(float) * (size_t)bwd_outputs(k);
 }
@@ -176,7 +176,7 @@ static int bwd_run(nlk_norm *k, int persistent)
   if (!nlc_fast_ok(k) || !nlc_bwd_stats_ok(k))
     return NLK_ERR_UNSUPPORTED;
   if (bwd_outputs(k) > 0) {
-    size_t need = persistent ? nlk_cpu_persistent_bwd_ws(k) : nlk_cpu_row_bwd_ws(k);
+    size_t need = persistent ? persistent_bwd_ws(k) : row_bwd_ws(k);
     if (k->ws == NULL || k->ws_bytes < need)
       return NLK_ERR_UNSUPPORTED;
     tw = nlc_has_dw(k) ? (float *)k->ws : NULL;
@@ -231,6 +231,12 @@ static int bwd_run(nlk_norm *k, int persistent)
   return err ? NLK_ERR_NOMEM : NLK_OK;
 }
 
-int nlk_cpu_row_bwd(nlk_norm *k) { return bwd_run(k, 0); }
+static int row_bwd(nlk_norm *k) { return bwd_run(k, 0); }
 
-int nlk_cpu_persistent_bwd(nlk_norm *k) { return bwd_run(k, 1); }
+static int persistent_bwd(nlk_norm *k) { return bwd_run(k, 1); }
+
+const nlk_strategy nlk_cpu_bwd[] = {
+  {"row", NLK_BWD, row_bwd, row_bwd_ws, NULL},
+  {"persistent", NLK_BWD, persistent_bwd, persistent_bwd_ws, NULL},
+  {NULL, 0, NULL, NULL, NULL},
+};

@@ -196,6 +196,12 @@ static int fwd_run(nlk_norm *k, int persistent)
   return err ? NLK_ERR_NOMEM : NLK_OK;
 }
 
-int nlk_cpu_row_fwd(nlk_norm *k) { return fwd_run(k, 0); }
+static int row_fwd(nlk_norm *k) { return fwd_run(k, 0); }
 
-int nlk_cpu_persistent_fwd(nlk_norm *k) { return fwd_run(k, 1); }
+static int persistent_fwd(nlk_norm *k) { return fwd_run(k, 1); }
+
+const nlk_strategy nlk_cpu_fwd[] = {
+  {"row", NLK_FWD, row_fwd, NULL, NULL},
+  {"persistent", NLK_FWD, persistent_fwd, NULL, NULL},
+  {NULL, 0, NULL, NULL, NULL},
+};

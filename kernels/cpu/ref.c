@@ -107,7 +107,7 @@ static void ref_fwd_row(const nlk_norm *k, int64_t i, const double *W, const dou
 
 /* Forward of all three ops. Threads take contiguous row blocks; each allocates its own
  * scratch (W, B and two rows: 4N doubles) and reports allocation failure through `err`. */
-int nlk_cpu_ref_fwd(nlk_norm *k)
+static int ref_fwd(nlk_norm *k)
 {
   int err = 0, used = 1;
   const int64_t n = k->N;
@@ -200,7 +200,7 @@ static void ref_bwd_row(const nlk_norm *k, int64_t i, const double *W, double *a
  * own fp64 partial rows (allocated up front for the requested thread count); after the row
  * loop the columns are split over the threads, each summing the partials in thread order and
  * storing with one rounding. dres, when given, is added to dx (add_rmsnorm). */
-int nlk_cpu_ref_bwd(nlk_norm *k)
+static int ref_bwd(nlk_norm *k)
 {
   const int64_t n = k->N;
   const int T = nlc_threads(k);
@@ -269,3 +269,9 @@ int nlk_cpu_ref_bwd(nlk_norm *k)
   k->block = 0;
   return err ? NLK_ERR_NOMEM : NLK_OK;
 }
+
+const nlk_strategy nlk_cpu_ref[] = {
+  {"ref", NLK_FWD, ref_fwd, NULL, NULL},
+  {"ref", NLK_BWD, ref_bwd, NULL, NULL},
+  {NULL, 0, NULL, NULL, NULL},
+};

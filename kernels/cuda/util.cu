@@ -1,9 +1,16 @@
 /*
- * util.cu: buffer fills and small launch-geometry queries. Fills use one thread per element
- * with a grid-stride loop over the logical rows x cols elements (strided rows), so any
- * pattern width and any stride work; fills are not on any timed path.
+ * util.cu: buffer fills and kernel names. Fills use one thread per element with a
+ * grid-stride loop over the logical rows x cols elements (strided rows), so any pattern
+ * width and any stride work; fills are not on any timed path.
  */
-#include "common.cuh"
+#include <cxxabi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "nlk_cuda.h"
 
 template <typename T>
 __global__ void fill_kernel(T *p, int64_t rows, int64_t cols, int64_t stride, T value)
@@ -37,8 +44,33 @@ extern "C" int nlk_cuda_fill(void *p, int64_t rows, int64_t cols, int64_t stride
   }
 }
 
-extern "C" int64_t nlk_cuda_blockrow_max_n(const nlk_norm *k)
+/* Demangled, without the namespaces every kernel shares. */
+extern "C" void nlk_cuda_kernel_name(const void *kernel, char *buf, size_t cap)
 {
-  const int elt = k->dt == NLK_F32 ? 4 : 2;
-  return (int64_t)32 * nlk::MAX_ITEMS * nlk::pick_vec(k, elt);
+  const char *mangled = NULL;
+  char *plain;
+  int status = -1;
+  if (cap == 0)
+    return;
+  buf[0] = '\0';
+  if (!kernel || cudaFuncGetName(&mangled, kernel) != cudaSuccess || !mangled) {
+    cudaGetLastError();
+    return;
+  }
+  plain = abi::__cxa_demangle(mangled, NULL, NULL, &status);
+  const char *src = status == 0 && plain ? plain : mangled;
+  size_t n = 0;
+  for (const char *s = src; *s && n + 1 < cap;) {
+    static const char *const drop[] = {"(anonymous namespace)::", "nlk::"};
+    int skipped = 0;
+    for (const char *d : drop)
+      if (strncmp(s, d, strlen(d)) == 0) {
+        s += strlen(d);
+        skipped = 1;
+      }
+    if (!skipped)
+      buf[n++] = *s++;
+  }
+  buf[n] = '\0';
+  free(plain);
 }

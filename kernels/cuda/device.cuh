@@ -1,20 +1,21 @@
 /*
- * common.cuh: what the CUDA norm kernels share: element types, 16-byte packs, rounding and
- * packed 16-bit products, warp and block sums, the weight held per thread, cp.async staging
- * for the pipelined kernels, the row-mapping configuration (register and shared-memory
- * budgets) and the grid barrier.
+ * device.cuh: the device-side vocabulary of the norm kernels: element types and rounding,
+ * 16-byte packs and the loads and stores that move them (with their cache policies), group
+ * and block sums, the weight a thread holds, cp.async staging for the pipelined kernels, the
+ * grid barrier, programmatic dependent launch and the thread-block cluster primitives.
+ * Everything here is a building block; the kernels of each pass are in norm_fwd.cu and
+ * norm_bwd.cu, and docs/kernels.md gives the measurements behind the choices made here.
  */
-#ifndef NL_COMMON_CUH
-#define NL_COMMON_CUH
+#ifndef NL_DEVICE_CUH
+#define NL_DEVICE_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <type_traits>
-#include <utility>
 
-#include "cuda_kernels.h"
+#include "nlk.h"
 
 namespace nlk {
 
@@ -136,8 +137,8 @@ __device__ __forceinline__ Pack<T, VEC> load_l1(const Pack<T, VEC> *p)
 }
 
 /* STREAM: a streaming store (st.global.cs, evict-first), so that an output's lines are
- * written back and dropped before the inputs' (a compile-time choice: a runtime one costs the
- * one-row kernels registers, 48 -> 56 at 2 packs, and a CTA per SM). */
+ * written back and dropped before the inputs'. A compile-time choice: decided at run time it
+ * costs the one-row kernels registers and with them a resident CTA per SM. */
 template <bool STREAM, typename T, int VEC>
 __device__ __forceinline__ void store_pack(Pack<T, VEC> *d, const Pack<T, VEC> &p)
 {
@@ -276,77 +277,9 @@ __device__ __forceinline__ void load_w(const void *w, int wf32, float offset, in
   }
 }
 
-/* Shared memory that a pipelined launch stages per thread: `per_item` bytes for each pack
- * it holds plus `fixed`, within `budget` bytes per CTA (budget 0: nothing staged). */
-struct SmemCost {
-  int64_t per_item, fixed, budget;
-  __host__ int64_t threads(int items) const
-  {
-    return budget ? budget / (items * per_item + fixed) : INT64_MAX;
-  }
-};
-
-/* Asynchronous global -> shared copies (cp.async, sm_80+). They hold no registers while in
- * flight, so a kernel can keep several rows' loads outstanding whatever its register budget.
- * 16-byte copies bypass L1 (.cg), keeping it for the weight; packs under 4 bytes (fp16/bf16
- * without 16-byte alignment) are copied synchronously. */
-template <typename P>
-__device__ __forceinline__ void copy_async(P *dst, const P *src)
-{
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  if constexpr (sizeof(P) == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-  else if constexpr (sizeof(P) == 4 || sizeof(P) == 8)
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(sizeof(P))
-                 : "memory");
-  else
-    *dst = *src;
-}
-
-__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-/* Waits until at most `pending` (0..3) of this thread's committed copy groups are in flight. */
-__device__ __forceinline__ void copy_wait(int pending)
-{
-  switch (pending) {
-  case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-  case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-  case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-  default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-  }
-}
-
-/* A thread's private slots in a pipelined kernel's shared memory: for each of `stages` rows
- * in flight, one pack per item of each of `streams` inputs, then one float per stage (the
- * backward's rstd). Laid out [stage][stream][item][thread], so a warp's copies fill
- * consecutive addresses; only the thread that copies a slot reads it, so no barrier guards
- * the slots (cp.async.wait_group makes a thread's own copies visible to it). */
-template <typename P, int ITEMS> struct Staging {
-  P *packs;
-  float *floats;
-  int stages, streams;
-  __device__ Staging(void *smem, int stages_, int streams_)
-      : packs(static_cast<P *>(smem)), stages(stages_), streams(streams_)
-  {
-    floats = reinterpret_cast<float *>(packs + (size_t)stages * streams * ITEMS * blockDim.x);
-  }
-  __device__ P *at(int stage, int stream, int item) const
-  {
-    return packs + ((stage * streams + stream) * ITEMS + item) * blockDim.x + threadIdx.x;
-  }
-  __device__ float *scalar(int stage) const { return floats + stage * blockDim.x + threadIdx.x; }
-};
-
-/* The staging cost of Staging<P, ITEMS> per thread, for row_cfg. */
-__host__ inline SmemCost staging_cost(int stages, int streams, int pack_bytes, int scalars,
-                                      int64_t budget)
-{
-  return SmemCost{(int64_t)stages * streams * pack_bytes, (int64_t)stages * scalars * 4, budget};
-}
-
 /* A thread's weights for its packs. Preloaded (the pipelined kernels, which keep them for
- * the whole kernel, and the forward one-row kernels with early_weight): packs of x's dtype
- * are held as they are, in half the registers of fp32 values, and converted where used;
+ * the whole kernel, and the forward one-row kernels with an early weight): packs of x's
+ * dtype are held as they are, in half the registers of fp32 values, and converted where used;
  * callers refresh() them once per row, after the reduction, so the compiler neither hoists
  * the conversions out of a loop nor moves them above the reduction into fp32 registers.
  * Otherwise get() reads them where used, from L1, after the row's reduction. fp32 weights
@@ -392,6 +325,58 @@ template <typename T, int VEC, int ITEMS> struct Weights {
   }
 };
 
+/* Asynchronous global -> shared copies (cp.async, sm_80+). They hold no registers while in
+ * flight, so a kernel can keep several rows' loads outstanding whatever its register budget.
+ * 16-byte copies bypass L1 (.cg), keeping it for the weight; packs under 4 bytes (fp16/bf16
+ * without 16-byte alignment) are copied synchronously. */
+template <typename P>
+__device__ __forceinline__ void copy_async(P *dst, const P *src)
+{
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  if constexpr (sizeof(P) == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+  else if constexpr (sizeof(P) == 4 || sizeof(P) == 8)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(sizeof(P))
+                 : "memory");
+  else
+    *dst = *src;
+}
+
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+/* Waits until at most `pending` (0..3) of this thread's committed copy groups are in flight. */
+__device__ __forceinline__ void copy_wait(int pending)
+{
+  switch (pending) {
+  case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+  case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+  case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+  default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+  }
+}
+
+/* A thread's private slots in a pipelined kernel's shared memory: for each of `stages` rows
+ * in flight, one pack per item of each of `streams` inputs, then one float per stage (the
+ * backward's rstd). Laid out [stage][stream][item][thread], so a warp's copies fill
+ * consecutive addresses; only the thread that copies a slot reads it, so no barrier guards
+ * the slots (cp.async.wait_group makes a thread's own copies visible to it). The host sizes
+ * it with staging_cost (plan.cuh). */
+template <typename P, int ITEMS> struct Staging {
+  P *packs;
+  float *floats;
+  int stages, streams;
+  __device__ Staging(void *smem, int stages_, int streams_)
+      : packs(static_cast<P *>(smem)), stages(stages_), streams(streams_)
+  {
+    floats = reinterpret_cast<float *>(packs + (size_t)stages * streams * ITEMS * blockDim.x);
+  }
+  __device__ P *at(int stage, int stream, int item) const
+  {
+    return packs + ((stage * streams + stream) * ITEMS + item) * blockDim.x + threadIdx.x;
+  }
+  __device__ float *scalar(int stage) const { return floats + stage * blockDim.x + threadIdx.x; }
+};
+
 /* Grid-wide barrier for cooperative launches (all CTAs co-resident). sync[0] counts
  * arrivals and is back to zero afterwards; sync[1] is a generation number. */
 __device__ __forceinline__ void grid_barrier(unsigned int *sync)
@@ -424,159 +409,12 @@ template <int A, int B> __device__ __forceinline__ void zero(float (&v)[A][B])
       v[i][j] = 0.f;
 }
 
-/* How a launch maps rows to threads. `group` threads share a row; a CTA of `block` threads
- * holds block / group rows at a time; each thread keeps `items` packs of `vec` elements. */
-struct RowCfg {
-  int vec;
-  int items;       /* 0: too wide for registers, the looping kernel runs */
-  int group;
-  int block;
-  int64_t grid;
-};
-
-__host__ inline int pow2ceil(int64_t v)
-{
-  int p = 1;
-  while (p < v)
-    p <<= 1;
-  return p;
-}
-
-/* 16-byte packs when N, every row stride and every base pointer allow them. */
-__host__ inline int pick_vec(const nlk_norm *k, int elt)
-{
-  int vec = 16 / elt;
-  const void *ptrs[] = {k->x, k->res, k->dy, k->dres, k->y, k->res_out, k->dx};
-  const int64_t strides[] = {k->sx, k->sres, k->sdy, k->sdres, k->sy, k->sres_out, k->sdx};
-  if (k->N % vec)
-    return 1;
-  for (int i = 0; i < 7; i++)
-    if (ptrs[i] && (((uintptr_t)ptrs[i] % 16) || strides[i] % vec))
-      return 1;
-  return vec;
-}
-
-enum { MAX_ITEMS = 8, LOOP_BLOCK = 512 };
-
-/* The largest block a kernel holding `items` packs per thread may run with, and the CTAs of
- * that size it must fit per SM (1 when not given): together the register budget per thread
- * (64K per SM / (block x CTAs)). ptxas takes every register the budget allows, so the
- * one-row kernels, whose occupancy hides their latency, give it tight budgets. Kernels
- * declare __launch_bounds__ from the same table, or ptxas would cap them at 64 registers
- * and spill. */
-struct BlockLimits {
-  int by_items[4];   /* items 1, 2, 4, 8 */
-  int min_ctas[4];
-  int max_group;     /* MANY_ROWS: the most threads sharing a row (0: the block limit) */
-  static __host__ __device__ constexpr int slot(int items)
-  {
-    return items <= 1 ? 0 : items == 2 ? 1 : items == 4 ? 2 : 3;
-  }
-  __host__ __device__ constexpr int operator()(int items) const { return by_items[slot(items)]; }
-  __host__ __device__ constexpr int ctas(int items) const
-  {
-    return min_ctas[slot(items)] > 1 ? min_ctas[slot(items)] : 1;
-  }
-};
-
-enum RowMode {
-  CTA_ROWS,   /* `row`: one row per CTA */
-  WARP_ROWS,  /* `blockrow`: a warp or less per row, k->rows_block threads */
-  MANY_ROWS   /* persistent / partials: as many rows per CTA as the preferred block holds */
-};
-
-/* Threads per row and packs per thread: the fewest packs per thread, from the target
- * k->items up, that fit the block limits. MANY_ROWS CTAs take `block_pref` threads (capped
- * by the limits), fewer when their staging would not fit the shared memory budget.
- * items == 0: the row is wider than any register layout (or one group's staging) allows; the
- * looping kernel runs (for WARP_ROWS the caller reports the row as too wide). */
-__host__ inline RowCfg row_cfg(const nlk_norm *k, int elt, RowMode mode, BlockLimits limits,
-                               int block_pref, SmemCost smem)
-{
-  RowCfg c;
-  int target = k->items < 1 ? 1 : k->items > MAX_ITEMS ? MAX_ITEMS : pow2ceil(k->items);
-  int64_t nvec;
-  c.vec = pick_vec(k, elt);
-  nvec = k->N / c.vec;
-  c.grid = 0;
-  if (k->items == 0 && mode != WARP_ROWS)  /* asked for the two-pass looping kernel */
-    target = MAX_ITEMS * 2;
-  for (int items = target; items <= MAX_ITEMS; items *= 2) {
-    int group = pow2ceil((nvec + items - 1) / items);
-    c.items = items;
-    c.group = group;
-    if (mode == WARP_ROWS) {
-      if (group > 32 || limits(items) < group)
-        continue;
-      c.block = pow2ceil(k->rows_block < 32 ? 32 : k->rows_block);
-      if (c.block > limits(items))
-        c.block = limits(items);
-      return c;
-    }
-    if (mode == CTA_ROWS) {
-      c.group = group < 32 ? 32 : group;
-      c.block = c.group;
-    } else if (limits.max_group && group > limits.max_group) {
-      continue;
-    } else {
-      const int64_t fit = smem.threads(items);
-      int pref = pow2ceil(block_pref < 32 ? 32 : block_pref);
-      c.block = pref > limits(items) ? limits(items) : pref;
-      while (c.block > group && c.block > fit)
-        c.block >>= 1;
-      if (c.block < group)
-        c.block = group < 32 ? 32 : group;
-    }
-    if (c.block > limits(items))  /* a limit of 0: no kernel with this many packs */
-      continue;
-    if (c.block > smem.threads(items))  /* more packs per thread would not fit either */
-      break;
-    return c;
-  }
-  c.items = 0;
-  c.group = c.block = LOOP_BLOCK;
-  return c;
-}
-
-__host__ inline int rows_per_cta(const RowCfg &c) { return c.block / c.group; }
-
-/* Calls f(std::integral_constant<int, I>) for the runtime value i in {1, 2, 4, 8}. */
-template <typename F> __host__ inline int with_items(int i, F &&f)
-{
-  switch (i) {
-  case 1: return f(std::integral_constant<int, 1>{});
-  case 2: return f(std::integral_constant<int, 2>{});
-  case 4: return f(std::integral_constant<int, 4>{});
-  case 8: return f(std::integral_constant<int, 8>{});
-  default: return NLK_ERR_UNSUPPORTED;
-  }
-}
-
-/* Calls f(T{}) for the activation dtype. */
-template <typename F> __host__ inline int with_dtype(int dt, F &&f)
-{
-  switch (dt) {
-  case NLK_F32: return f(float{});
-  case NLK_F16: return f(__half{});
-  case NLK_BF16: return f(__nv_bfloat16{});
-  default: return NLK_ERR_UNSUPPORTED;
-  }
-}
-
-__host__ inline int cuda_result(nlk_norm *k, cudaError_t e)
-{
-  if (e == cudaSuccess)
-    return NLK_OK;
-  k->cuda_error = (int)e;
-  return NLK_ERR_CUDA;
-}
-
-/* Programmatic dependent launch (k->pdl): a kernel so launched may be running while the one
- * before it in the stream drains, so it must wait (griddepcontrol.wait) before it reads or
- * writes global memory; it then lets the next one launch at once, whose CTAs take the SM
- * slots this grid leaves. Every kernel that launch_norm starts calls this first with k->pdl.
- * The wait is skipped in a normal launch: it costs every CTA even there (15% on an H200 for
- * the 32768 64-thread CTAs of row at 32768 x 1024). Absent before sm_90. */
+/* Programmatic dependent launch (nlk_norm.pdl): a kernel so launched may be running while
+ * the one before it in the stream drains, so it must wait (griddepcontrol.wait) before it
+ * reads or writes global memory; it then lets the next one launch at once, whose CTAs take
+ * the SM slots this grid leaves. Every kernel that launch_norm starts calls this first. The
+ * wait is skipped in a normal launch: it costs every CTA even there, which grids of many
+ * small CTAs feel. Absent before sm_90. */
 __device__ __forceinline__ void pdl_begin(int on)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -587,151 +425,46 @@ __device__ __forceinline__ void pdl_begin(int on)
 #endif
 }
 
-/* The launch attributes of a norm kernel: programmatic dependent launch when pdl, clusters of
- * `cluster` CTAs along x when above 1. Returns how many it set. */
-__host__ inline unsigned norm_attrs(cudaLaunchAttribute (&attr)[2], int pdl, int cluster)
+/* Thread-block cluster primitives (sm_90; the host launches clusters from sm_90 only). Its
+ * two halves apart, a cluster barrier lets a CTA announce that it has started (and set up
+ * what its peers may touch) and go on with its first loads before waiting for the others. The
+ * kernels call these two on every architecture (as no-ops before sm_90). */
+__device__ __forceinline__ void cluster_arrive()
 {
-  unsigned n = 0;
-  if (pdl) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n++].val.clusterDim = {(unsigned)cluster, 1, 1};
-  }
-  return n;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
 }
 
-/* Launches a norm kernel (whose first statement is pdl_begin()) on k's stream: grid x grid_y
- * CTAs, in clusters of `cluster` along x. */
-__host__ inline int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block,
-                                size_t smem, void **args, unsigned grid_y = 1, int cluster = 1)
+__device__ __forceinline__ void cluster_wait()
 {
-  cudaLaunchAttribute attr[2];
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)grid, grid_y);
-  cfg.blockDim = dim3((unsigned)block);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = (cudaStream_t)k->stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = norm_attrs(attr, k->pdl, cluster);
-  return cuda_result(k, cudaLaunchKernelExC(&cfg, kernel, args));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
 }
 
-/* Lets a kernel take more than the default 48 KB of shared memory, static arrays (at most
- * 1 KB in these kernels) included (once per kernel and size; the attribute only grows). */
-__host__ inline cudaError_t allow_smem(const void *kernel, size_t bytes)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* The rest only in sm_90 code: a full cluster barrier (release, acquire), this CTA's rank in
+ * its cluster, and the address of `addr` (in this CTA's shared memory) in CTA `rank`'s. */
+__device__ __forceinline__ void cluster_sync()
 {
-  struct entry { const void *kernel; size_t bytes; };
-  static entry memo[256];
-  static int used;
-  if (bytes + 1024 <= 48 * 1024)
-    return cudaSuccess;
-  for (int i = 0; i < used; i++)
-    if (memo[i].kernel == kernel && memo[i].bytes >= bytes)
-      return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-  if (e != cudaSuccess)
-    cudaGetLastError();
-  else if (used < 256)
-    memo[used++] = entry{kernel, bytes};
-  return e;
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-/* The dynamic shared memory one CTA may opt in to on the current device, less 1 KB for the
- * kernels' static arrays (once per process, like the occupancy memo below). */
-__host__ inline int64_t smem_budget()
+__device__ __forceinline__ unsigned cluster_rank()
 {
-  static int64_t memo = -1;
-  if (memo < 0) {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-      cudaGetLastError();
-      v = 48 * 1024;
-    }
-    memo = (int64_t)v - 1024;
-  }
-  return memo;
+  unsigned q;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(q));
+  return q;
 }
 
-/* The pipelined kernels' layout: the most stages, from k->stages down to 2, whose staging
- * (`streams` packs and `scalars` floats per thread and stage) fits the shared memory, and
- * the row layout for them in c. 0 when not even two fit (c.items is then 0 too). */
-__host__ inline int fit_stages(const nlk_norm *k, int elt, RowMode mode, BlockLimits limits,
-                               int streams, int scalars, RowCfg *c)
+__device__ __forceinline__ unsigned peer_shared(unsigned addr, unsigned rank)
 {
-  const int pack = pick_vec(k, elt) * elt;
-  for (int s = k->stages < 2 ? 2 : k->stages; s >= 2; s--) {
-    *c = row_cfg(k, elt, mode, limits, k->block_pref,
-                 staging_cost(s, streams, pack, scalars, smem_budget()));
-    if (c->items != 0)
-      return s;
-  }
-  return 0;
+  unsigned peer;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(addr), "r"(rank));
+  return peer;
 }
-
-/* The CUDA occupancy queries below, memoised per (kernel, cluster, block, smem): benchmark
- * loops plan thousands of launches and the queries are not free. One table per query (per
- * `query` type); per process, assuming one GPU model per process. */
-struct QueryKey {
-  const void *kernel;
-  int cluster, block;
-  size_t smem;
-  __host__ bool operator==(const QueryKey &o) const
-  {
-    return kernel == o.kernel && cluster == o.cluster && block == o.block && smem == o.smem;
-  }
-};
-
-template <typename F> __host__ inline int memoised(const QueryKey &key, F &&query)
-{
-  struct entry { QueryKey key; int n; };
-  static entry memo[256];
-  static int used;
-  for (int i = 0; i < used; i++)
-    if (memo[i].key == key)
-      return memo[i].n;
-  const int n = query();
-  if (used < 256)
-    memo[used++] = entry{key, n};
-  return n;
-}
-
-/* Resident CTAs per SM of a kernel at a block size and dynamic shared memory (at least 1). */
-__host__ inline int occupancy(const void *kernel, int block, size_t smem)
-{
-  return memoised(QueryKey{kernel, 1, block, smem}, [&] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, smem) != cudaSuccess) {
-      cudaGetLastError();
-      n = 1;
-    }
-    return n < 1 ? 1 : n;
-  });
-}
-
-/* How many clusters of `cluster` CTAs of a kernel the GPU holds at once (0 before sm_90,
- * which has no clusters). */
-__host__ inline int max_clusters(const void *kernel, int cluster, int block, size_t smem)
-{
-  return memoised(QueryKey{kernel, cluster, block, smem}, [&] {
-    cudaLaunchAttribute attr[2];
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)cluster);
-    cfg.blockDim = dim3((unsigned)block);
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = attr;
-    cfg.numAttrs = norm_attrs(attr, 0, cluster);
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-      cudaGetLastError();
-      n = 0;
-    }
-    return n;
-  });
-}
+#endif
 
 } // namespace nlk
 

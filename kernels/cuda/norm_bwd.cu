@@ -1,37 +1,40 @@
 /*
- * rmsnorm_bwd.cu: RMSNorm backward (and add_rmsnorm's, which adds the gradient arriving at
- * residual_out into dx): dx from dy, x, w and the saved rstd; dW summed over rows.
+ * norm_bwd.cu: the backward family. dx from dy, x, w and the saved rstd, and dW summed over
+ * rows; add_rmsnorm's backward (x is the forward's residual_out h) adds the gradient arriving
+ * at residual_out into dx. The ops differ only where their math does (grad(), dres).
  *
- * The strategies differ in how rows map to CTAs and how dW is reduced:
- *   row        one CTA per row; each row's dW contribution goes to an M x N fp32 temp, then
- *              a column-reduce kernel (the old design: 8MN extra bytes of traffic);
- *   blockrow   CTAs of rmsnorm.bwd.blockrow_block threads (256), a warp (or less) per row;
- *              (CTAs x N) fp32 partials + reduce;
- *   partials   grid = SM count, each CTA a contiguous chunk of rows; (SMs x N) partials +
- *              reduce kernel;
- *   persistent grid = SMs x resident CTAs of rmsnorm.bwd.block threads striding over rows;
- *              (grid x N) partials reduced in the same kernel after a grid barrier
- *              (cooperative launch: co-residency guaranteed; rmsnorm.bwd.fused_reduce) or by
- *              the reduce kernel. Big CTAs and few of them keep the partials small at small M.
- * partials and persistent share one pipelined kernel: a thread always owns the same columns,
- * so its weight packs and dW accumulators live in registers for the whole kernel (at its end,
- * clusters of rmsnorm.bwd.cluster CTAs on sm_90 sum their dW through distributed shared
- * memory and write one partial row per cluster), while
- * its x, dy (and dres) packs of the next rmsnorm.bwd.stages - 1 rows are in flight through
- * cp.async into shared memory; DRAM stays busy across every row's reduction. On sm_90,
- * rows wider than rmsnorm.bwd.share_n (16-bit) or fp32_share_n columns are shared by a
- * cluster of up to 8 CTAs, which exchange each row's sum through distributed shared memory.
- * Rows wider than registers hold otherwise, the kernel loops over the row twice, or (16-bit
- * rows from rmsnorm.bwd.split_min_n, and any row whose dW outgrows shared memory) the row
- * splits into a row kernel and a column kernel. Every reduction sums in a fixed order, so
- * results are bitwise reproducible; the `atomic` reduction (fp32 atomicAdd into an
- * accumulator) is not.
- * dx may overwrite dy in place: each thread reads its packs of a row before writing them.
+ * Strategies (nlk_cuda_bwd, at the end) and the row mappings they run as (plan.cuh):
+ *   row         CTA: one CTA per row; each row's dW contribution goes to an M x N fp32
+ *               temp, then a column-reduce kernel (the old design: 8MN extra bytes);
+ *   blockrow    WARP: a warp (or less) per row, rmsnorm.bwd.blockrow_block threads per CTA;
+ *               (CTAs x N) fp32 partials + reduce;
+ *   partials    STRIDE over contiguous row chunks, grid = SM count; (SMs x N) partials +
+ *               reduce;
+ *   persistent  STRIDE with a grid stride, grid = SMs x resident CTAs; (grid x N) partials
+ *               reduced in the same kernel after a grid barrier (cooperative launch:
+ *               rmsnorm.bwd.fused_reduce) or by the reduce kernel.
+ * STRIDE: a thread always owns the same columns, so its weight packs and dW accumulators live
+ * in registers for the whole kernel, while its x, dy (and dres) packs of the next
+ * rmsnorm.bwd.stages - 1 rows are in flight through cp.async; at the end clusters of
+ * rmsnorm.bwd.cluster CTAs (sm_90) may sum their dW through distributed shared memory and
+ * write one partial row. On sm_90, rows wider than rmsnorm.bwd.share_n (fp32_share_n) columns
+ * are shared by the CTAs of a cluster, which exchange each row's sum through distributed
+ * shared memory. Rows wider than registers hold otherwise run LOOP (the row read twice) or,
+ * for 16-bit rows from rmsnorm.bwd.split_min_n and any row whose dW outgrows shared memory,
+ * SPLIT: a row kernel and a column kernel. Every reduction sums in a fixed order, so results
+ * are bitwise reproducible; the `atomic` reduction (fp32 atomicAdd into an accumulator) is
+ * not. dx may overwrite dy in place: each thread reads its packs of a row before writing
+ * them.
+ *
+ * Compiled as itself for the strategies and once per dtype and pack width for the kernels
+ * (NLK_INSTANCE; see norm_fwd.cu).
  */
-#include "common.cuh"
+#include "device.cuh"
+#include "nlk_cuda.h"
+#include "plan.cuh"
+#include "reduce.cuh"
 
 namespace nlk {
-namespace {
 
 struct BwdArgs {
   const void *x, *dy, *dres, *w;
@@ -49,19 +52,46 @@ struct BwdArgs {
   float offset;
 };
 
-/* How a kernel reduces dW. DIRECT (row: one row per CTA) stores each row's contribution
- * straight into its row of the temp; REGS (blockrow: one row per group, several groups per
- * CTA) adds in registers and sums the groups through shared memory at the end; PIPE
- * (partials, persistent) strides over rows, staging them through shared memory, and
- * accumulates in registers. */
-enum Flavor { DIRECT, REGS, PIPE };
+/* The largest block per row mapping (CTA: row, WARP: blockrow, STRIDE: the pipelined kernel)
+ * and items, from ptxas's register counts for bf16 (the hungriest dtype) so that nothing
+ * spills; 0: no kernel with that many packs. STRIDE holds the weight and dW (2 x VEC floats
+ * per item) on top of the packs. */
+constexpr BlockLimits bwd_limits(Rows rows)
+{
+  return rows == Rows::CTA    ? BlockLimits{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 0}
+         : rows == Rows::WARP ? BlockLimits{{1024, 512, 512, 256}, {1, 1, 1, 1}, 0}
+                              : BlockLimits{{1024, 512, 512, 0}, {1, 1, 1, 1}, 0};
+}
 
-/* The largest block per flavor and items, from ptxas's register counts for bf16 (the
- * hungriest dtype) so that nothing spills; 0: no kernel with that many packs. PIPE holds
- * the weight and dW (2 x VEC floats per item) on top of the packs. */
-constexpr BlockLimits BWD_LIMITS[3] = {{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 0},
-                                       {{1024, 512, 512, 256}, {1, 1, 1, 1}, 0},
-                                       {{1024, 512, 512, 0}, {1, 1, 1, 1}, 0}};
+/* ROW_SHARE's exchange: at most this many rows per CTA, and CTAs per cluster. */
+enum { ROW_SHARE_GROUPS = 8, ROW_SHARE_MAX = 8 };
+
+/* SPLIT's column kernel: threads per CTA, one column pack each. */
+enum { SPLIT_BLOCK = 256 };
+
+/* What the pipelined kernel's thread-block clusters (sm_90) do: nothing (SOLO); sum their dW
+ * and write one partial row (DW_SUM, cluster_sum); or share each row (ROW_SHARE), CTA q of
+ * C holding columns [q N/C, (q+1) N/C) and the row's sum exchanged (cluster_row_sum). */
+enum ClusterUse { SOLO, DW_SUM, ROW_SHARE };
+
+/* Everything that selects a backward kernel besides the dtype and the pack width (SPLIT:
+ * the row-reduction kernel when row_pass, else the column kernel). */
+struct BwdKernel {
+  Rows rows;
+  int items;
+  ClusterUse cluster;
+  bool row_pass;
+};
+
+/* The kernel for a key, from the translation unit that instantiates T and VEC; NULL when no
+ * kernel has that layout. */
+template <typename T, int VEC> const void *bwd_kernel(const BwdKernel &key);
+
+/* ---- The kernels, compiled once per dtype and pack width (NLK_INSTANCE) ---- */
+
+#ifdef NLK_INSTANCE
+
+namespace {
 
 template <typename T>
 __device__ __forceinline__ void store_dw(void *dw, int dw_f32, int col, float v)
@@ -210,48 +240,6 @@ __device__ __forceinline__ void emit(const BwdArgs &a, float *out, int col, floa
     atomicAdd(a.accum + col, v);
 }
 
-/* Cluster primitives (sm_90; the host launches clusters from sm_90 only). Its two halves
- * apart, a cluster barrier serves ROW_SHARE's start: a CTA may write into a peer's shared
- * memory only once the peer has started (and initialised its mbarriers), so each arrives on
- * entry and waits (acquire) before its first exchange, with its first loads in flight
- * meanwhile. The kernels call these two on every architecture (as no-ops before sm_90). */
-__device__ __forceinline__ void cluster_arrive()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void cluster_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-#endif
-}
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-/* The rest only in sm_90 code: a full cluster barrier (release, acquire), this CTA's rank in
- * its cluster, and the address of `addr` (in this CTA's shared memory) in CTA `rank`'s. */
-__device__ __forceinline__ void cluster_sync()
-{
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ unsigned cluster_rank()
-{
-  unsigned q;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(q));
-  return q;
-}
-
-__device__ __forceinline__ unsigned peer_shared(unsigned addr, unsigned rank)
-{
-  unsigned peer;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(addr), "r"(rank));
-  return peer;
-}
-#endif
-
 /* The cluster's dW (sm_90, C CTAs; N a multiple of 4), once each CTA has put its groups' dW
  * rows (R x N) into its own shared memory `sm`: CTA q of the cluster sums the q-th slice of
  * the columns over the cluster's CTAs and their groups (rank order, then group order)
@@ -289,7 +277,6 @@ __device__ __forceinline__ void cluster_sum(float *out, const float *sm, int N, 
 /* ROW_SHARE's exchange of row sums, in each CTA's shared memory: for each of its groups
  * (rows, at most ROW_SHARE_GROUPS) and two alternating sets, a slot per CTA of the cluster
  * (at most ROW_SHARE_MAX) and the mbarrier that counts their bytes in. */
-enum { ROW_SHARE_GROUPS = 8, ROW_SHARE_MAX = 8 };
 struct Exchange {
   float slots[2][ROW_SHARE_GROUPS][ROW_SHARE_MAX];
   unsigned long long bars[2][ROW_SHARE_GROUPS];
@@ -314,9 +301,9 @@ __device__ __forceinline__ void exchange_init(Exchange &ex)
  * CTA's rank) of CTA k's set `set`, an asynchronous store that counts its 4 bytes on CTA k's
  * mbarrier of that slot set; lane 0 announces the C x 4 bytes its own mbarrier awaits. Every
  * thread waits for that phase (`phase`: the set's uses so far, mod 2) and adds the C slots in
- * rank order, so every CTA gets the same bits. One cluster barrier a row, the first design,
- * ran 4-18% slower on an H200 and, on an H100, 2190 against 2778 GB/s at 4096 x 16384 bf16 in
- * clusters of 2 (notes -22h). A set is rewritten two rows later: a peer sends that row only
+ * rank order, so every CTA gets the same bits. No cluster barrier per row: one barrier a row
+ * (its release also waits for the thread's global stores) measured much slower on both GPUs
+ * (docs/kernels.md). A set is rewritten two rows later: a peer sends that row only
  * after it received this CTA's sum of the row between, which this CTA sends only after reading
  * the set. The host launches it from sm_90 only. */
 __device__ __forceinline__ float cluster_row_sum(float s, Exchange &ex, int set, int grp, int lane,
@@ -364,11 +351,6 @@ __device__ __forceinline__ void shift_cols(BwdArgs &a, int64_t c0)
     a.accum += c0;
 }
 
-/* What the pipelined kernel's thread-block clusters (sm_90) do: nothing (SOLO); sum their dW
- * and write one partial row (DW_SUM, cluster_sum); or share each row (ROW_SHARE), CTA q of
- * C holding columns [q N/C, (q+1) N/C) and the row's sum exchanged (cluster_row_sum). */
-enum ClusterUse { SOLO, DW_SUM, ROW_SHARE };
-
 /* The CTA's dW over its ncols columns: each group's register accumulators go to its own row
  * of ncols floats in shared memory (R x ncols, `sm`), then every column is summed in group
  * order and emitted into `out` (the CTA's partial row; NULL: the atomic accumulator), or
@@ -409,10 +391,12 @@ __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS
   }
 }
 
-/* row (DIRECT) and blockrow (REGS): each group handles exactly one row. The weight is read
- * where used, from L1 (the CTAs of an SM share it), to keep registers for occupancy. */
-template <typename T, int VEC, int ITEMS, int FL>
-__global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
+/* CTA (row: each row's dW contribution straight into its row of the temp) and WARP
+ * (blockrow: summed in registers, then the CTA's groups through shared memory): each group
+ * handles exactly one row. The weight is read where used, from L1 (the CTAs of an SM share
+ * it), to keep registers for occupancy. */
+template <typename T, int VEC, int ITEMS, Rows R>
+__global__ void __launch_bounds__(bwd_limits(R)(ITEMS)) bwd_one(BwdArgs a)
 {
   pdl_begin(a.pdl);
   const Group g(a.group);
@@ -429,7 +413,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
   const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, false);
   auto dres_of = [&](int, int v) { return load<T, VEC>(a.dres, row, a.sdres, v); };
   auto reduce = [&](float s) { return group_reduce(s, G, red, parity); };
-  if constexpr (FL == DIRECT) {
+  if constexpr (R == Rows::CTA) {
     process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, reduce, dres_of,
                            [&](int, int v, const float(&c)[VEC]) {
                              if (a.partials)
@@ -453,7 +437,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
   }
 }
 
-/* partials and persistent: groups walk rows (a contiguous chunk per CTA, or a grid stride)
+/* STRIDE (partials, persistent): groups walk rows (a contiguous chunk per CTA, or a grid stride)
  * with a trip count uniform across the CTA; idle groups still join the barriers. Stage s of
  * a thread's staging holds its x, dy (and dres) packs and the rstd of the row s iterations
  * ahead; each iteration tops the pipeline up, waits for the oldest stage and works on it from
@@ -464,7 +448,7 @@ __global__ void __launch_bounds__(BWD_LIMITS[FL](ITEMS)) rms_bwd_one(BwdArgs a)
  * asynchronous stores counted in by mbarriers); the cluster writes one partial row, a slice
  * from each CTA. */
 template <typename T, int VEC, int ITEMS, int CL>
-__global__ void __launch_bounds__(BWD_LIMITS[PIPE](ITEMS)) rms_bwd_pipe(BwdArgs a)
+__global__ void __launch_bounds__(bwd_limits(Rows::STRIDE)(ITEMS)) bwd_stride(BwdArgs a)
 {
   pdl_begin(a.pdl);
   __shared__ Exchange ex; /* ROW_SHARE only: the other instances drop it */
@@ -588,13 +572,13 @@ __device__ __forceinline__ float row_c(const BwdArgs &a, int64_t row, float r, f
   return group_reduce(s * r, blockDim.x, red, parity) * (1.f / (float)a.N);
 }
 
-/* Rows wider than registers hold: two passes over the row, the second re-reading x and dy
+/* LOOP: rows wider than registers hold. Two passes over the row, the second re-reading x and dy
  * (mostly from L2). dW accumulates in a row of N floats that each column's thread alone
  * touches: in shared memory when it fits (acc_smem), else the CTA's partial row in global
  * memory; the shared row is emitted at the end. Columns are zeroed and emitted by other
  * threads than the ones that accumulate them, hence the barriers around the row loop. */
 template <typename T, int VEC>
-__global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
+__global__ void __launch_bounds__(LOOP_BLOCK) bwd_loop(BwdArgs a)
 {
   pdl_begin(a.pdl);
   const int nvec = a.N / VEC;
@@ -643,16 +627,16 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_loop(BwdArgs a)
   }
 }
 
-/* Rows the looping kernel would take, where its dW row outgrows shared memory (N > 58112
- * on sm_90: it then goes to global memory) or, for 16-bit rows, from
+/* SPLIT: rows the looping kernel would take, where its dW row outgrows shared memory (N >
+ * 58112 on sm_90: it then goes to global memory) or, for 16-bit rows, from
  * rmsnorm.bwd.split_min_n: the row reduction and the columns run as two kernels.
- * rms_bwd_rowc reduces each row's c = sum(dy * W * xhat) / N (CTAs stride over rows); in
- * rms_bwd_cols a thread owns one pack of columns over a contiguous chunk of rows
- * (blockIdx.y), so its weight and dW stay in registers for any N. x and dy are read twice:
- * five streams where the minimum is three (55% of the roofline on an H100). No barrier
- * after the column split, so threads past the row return at once. */
+ * bwd_rowc reduces each row's c = sum(dy * W * xhat) / N (CTAs stride over rows); in
+ * bwd_cols a thread owns one pack of columns over a contiguous chunk of rows
+ * (blockIdx.y), so its weight and dW stay in registers for any N. The price: x and dy are
+ * read twice, five streams where the minimum is three. No barrier after the column split,
+ * so threads past the row return at once. */
 template <typename T, int VEC>
-__global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_rowc(BwdArgs a)
+__global__ void __launch_bounds__(LOOP_BLOCK) bwd_rowc(BwdArgs a)
 {
   pdl_begin(a.pdl);
   __shared__ float red[2][32];
@@ -664,10 +648,8 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_bwd_rowc(BwdArgs a)
   }
 }
 
-enum { SPLIT_BLOCK = 256 };
-
 template <typename T, int VEC>
-__global__ void __launch_bounds__(SPLIT_BLOCK) rms_bwd_cols(BwdArgs a)
+__global__ void __launch_bounds__(SPLIT_BLOCK) bwd_cols(BwdArgs a)
 {
   pdl_begin(a.pdl);
   const int v = blockIdx.x * blockDim.x + threadIdx.x;
@@ -701,320 +683,244 @@ __global__ void __launch_bounds__(SPLIT_BLOCK) rms_bwd_cols(BwdArgs a)
       atomicAdd(a.accum + v * VEC + j, dw[0][j]);
 }
 
-/* Drops a 128-byte line from L2 without writing it back (sm_80 on; elsewhere a no-op). */
-__device__ __forceinline__ void discard_line(const float *p)
+} // namespace
+
+template <typename T, int VEC> const void *bwd_kernel(const BwdKernel &key)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("discard.global.L2 [%0], 128;" ::"l"(p) : "memory");
-#endif
-}
-
-/* dW[col] = sum over rows p of P[p][col], in row order within each of 16 row lanes, then
- * lane order: deterministic, and the same bits for either V. A thread sums V adjacent
- * columns (16-byte loads when V = 4) and has up to 8 of its rows in flight; the partials were
- * just written and mostly come from L2, so the latency of few loads in flight, not DRAM,
- * bounded the scalar version. With `discard` (rows of whole 128-byte lines) each warp then
- * drops the lines it has read: the partials are scratch, and left dirty in L2 they would be
- * written back to DRAM during the next kernel (8.7 MB a call at 4096 x 16384 on an H100,
- * where dropping them gains 2%). */
-template <typename TW, int V>
-__global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, int N, bool discard,
-                                                 TW *dw)
-{
-  using F = std::conditional_t<V == 4, float4, float>;
-  __shared__ __align__(16) float red[16][32 * V];
-  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-  const int col = (blockIdx.x * 32 + tx) * V;
-  float acc[V] = {};
-  auto add = [&](const F &f) {
-    const float *e = reinterpret_cast<const float *>(&f);
-#pragma unroll
-    for (int j = 0; j < V; j++)
-      acc[j] += e[j];
-  };
-  /* lanes past N load nothing but keep the warp together for __syncwarp; the lanes whose V
-   * columns start a line drop it once the whole warp has read it */
-  const bool in = col < N, drop = discard && in && tx % (32 / V) == 0;
-  int64_t p = ty;
-  for (; p + 7 * 16 < rows; p += 8 * 16) {
-    F f[8];
-    if (in) {
-#pragma unroll
-      for (int k = 0; k < 8; k++)
-        f[k] = __ldcs(reinterpret_cast<const F *>(P + (p + 16 * k) * N + col));
-#pragma unroll
-      for (int k = 0; k < 8; k++)
-        add(f[k]);
-    }
-    __syncwarp();
-    if (drop)
-#pragma unroll
-      for (int k = 0; k < 8; k++)
-        discard_line(P + (p + 16 * k) * N + col);
-  }
-  for (; p < rows; p += 16) {
-    if (in)
-      add(__ldcs(reinterpret_cast<const F *>(P + p * N + col)));
-    __syncwarp();
-    if (drop)
-      discard_line(P + p * N + col);
-  }
-#pragma unroll
-  for (int j = 0; j < V; j++)
-    red[ty][tx * V + j] = acc[j];
-  __syncthreads();
-  const int t = threadIdx.x, c = blockIdx.x * 32 * V + t;
-  if (t < 32 * V && c < N) {
-    float s = 0.f;
-    for (int y = 0; y < 16; y++)
-      s += red[y][t];
-    dw[c] = from_f<TW>(s);
-  }
-}
-
-/* Four columns per thread where N allows and the grid of N / 128 CTAs still covers half the
- * SMs (on fewer, the per-SM share of the partials takes longer than the latency it hides).
- * drop: the buffer's lines may be discarded once read, where rows are whole lines. */
-template <typename TW>
-int launch_dw_reduce(nlk_norm *k, const float *P, int64_t rows, bool drop, TW *dw)
-{
-  const int N = (int)k->N;
-  const bool wide = N % 4 == 0 && (int64_t)N / 128 >= k->sm_count / 2, lines = drop && N % 32 == 0;
-  cudaStream_t s = (cudaStream_t)k->stream;
-  if (wide)
-    dw_reduce<TW, 4><<<(unsigned)((N + 127) / 128), 512, 0, s>>>(P, rows, N, lines, dw);
-  else
-    dw_reduce<TW, 1><<<(unsigned)((N + 31) / 32), 512, 0, s>>>(P, rows, N, lines, dw);
-  return cuda_result(k, cudaGetLastError());
-}
-
-/* The atomic reduction's fp32 accumulator into dW's dtype (fp32 dW is accumulated in place). */
-template <typename TW>
-__global__ void dw_convert(const float *acc, int N, TW *dw)
-{
-  for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < N; col += gridDim.x * blockDim.x)
-    dw[col] = from_f<TW>(acc[col]);
-}
-
-enum Mapping { ROW, BLOCKROW, PARTIALS, PERSISTENT };
-
-/* Everything a launch and its workspace query must agree on. */
-struct Plan {
-  RowCfg c;
-  int flavor;
-  const void *kernel;
-  size_t smem;
-  int64_t chunk;
-  int stages;            /* PIPE: rows in flight per thread */
-  bool acc_smem;         /* looping kernel: dW accumulated in shared memory */
-  bool split;            /* rms_bwd_rowc (`pre`, `pre_grid` CTAs), then rms_bwd_cols over
-                          * c.grid x col_blocks CTAs, chunk rows each */
-  const void *pre;
-  int64_t pre_grid, col_blocks;
-  bool fused;
-  int cluster;           /* PIPE: CTAs per cluster, which share one partial row (1: none) */
-  bool share;            /* PIPE: the cluster's CTAs share each row (ROW_SHARE), else they sum
-                          * dW (DW_SUM) */
-  int64_t partial_rows;  /* rows of the fp32 partials/temp buffer (0: none) */
-  bool accum_in_ws;      /* atomic reduction into an fp32 accumulator in the workspace */
-  /* The workspace in floats: the partials (or temp), then the accumulator, then (split)
-   * the M row sums, which start at float rowc_at. */
-  size_t rowc_at, ws_floats;
-};
-
-/* The dW reduction's buffers (`rows` partial rows unless atomic; an fp32 accumulator for
- * an atomic reduction into 16-bit dW) and the workspace's layout, once split is known. */
-inline void layout_ws(const nlk_norm *k, Plan *p, int64_t rows)
-{
-  const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
-  p->partial_rows = dw && !atomic ? rows : 0;
-  p->accum_in_ws = dw && atomic && k->wdt != NLK_F32;
-  p->rowc_at = (size_t)(p->partial_rows + (p->accum_in_ws ? 1 : 0)) * (size_t)k->N;
-  p->ws_floats = p->rowc_at + (p->split ? (size_t)k->M : 0);
-}
-
-template <typename T, int VEC>
-const void *kernel_for(const RowCfg &c, int flavor, int cl = SOLO)
-{
-  if (c.items == 0)
-    return (const void *)rms_bwd_loop<T, VEC>;
+  if (key.rows == Rows::LOOP)
+    return (const void *)bwd_loop<T, VEC>;
+  if (key.rows == Rows::SPLIT)
+    return key.row_pass ? (const void *)bwd_rowc<T, VEC> : (const void *)bwd_cols<T, VEC>;
   const void *kp = NULL;
-  with_items(c.items, [&](auto I) {
+  with_items(key.items, [&](auto I) {
     constexpr int IT = decltype(I)::value;
-    if (flavor == DIRECT)
-      kp = (const void *)rms_bwd_one<T, VEC, IT, DIRECT>;
-    else if (flavor == REGS)
-      kp = (const void *)rms_bwd_one<T, VEC, IT, REGS>;
-    else if constexpr (BWD_LIMITS[PIPE](IT) > 0) {
+    if (key.rows == Rows::CTA)
+      kp = (const void *)bwd_one<T, VEC, IT, Rows::CTA>;
+    else if (key.rows == Rows::WARP)
+      kp = (const void *)bwd_one<T, VEC, IT, Rows::WARP>;
+    else if constexpr (bwd_limits(Rows::STRIDE)(IT) > 0) {
       /* no cluster instances at one item: at 1024 threads (64 registers) they would spill;
-       * shared rows only in 16-byte packs (the scalar instance spilled 12 bytes) */
+       * shared rows only in 16-byte packs (the scalar instance spilled) */
       if constexpr (IT == 1)
-        kp = cl != SOLO ? NULL : (const void *)rms_bwd_pipe<T, VEC, IT, SOLO>;
+        kp = key.cluster != SOLO ? NULL : (const void *)bwd_stride<T, VEC, IT, SOLO>;
       else if constexpr (VEC == 1)
-        kp = cl == DW_SUM ? (const void *)rms_bwd_pipe<T, VEC, IT, DW_SUM>
-             : cl == SOLO ? (const void *)rms_bwd_pipe<T, VEC, IT, SOLO>
-                          : NULL;
+        kp = key.cluster == DW_SUM ? (const void *)bwd_stride<T, VEC, IT, DW_SUM>
+             : key.cluster == SOLO ? (const void *)bwd_stride<T, VEC, IT, SOLO>
+                                   : NULL;
       else
-        kp = cl == DW_SUM      ? (const void *)rms_bwd_pipe<T, VEC, IT, DW_SUM>
-             : cl == ROW_SHARE ? (const void *)rms_bwd_pipe<T, VEC, IT, ROW_SHARE>
-                               : (const void *)rms_bwd_pipe<T, VEC, IT, SOLO>;
+        kp = key.cluster == DW_SUM      ? (const void *)bwd_stride<T, VEC, IT, DW_SUM>
+             : key.cluster == ROW_SHARE ? (const void *)bwd_stride<T, VEC, IT, ROW_SHARE>
+                                        : (const void *)bwd_stride<T, VEC, IT, SOLO>;
     }
     return 0;
   });
   return kp;
 }
 
-/* The split path (rms_bwd_rowc, then rms_bwd_cols): the row reduction on as many CTAs as fit
- * (at most one per row), the columns on about as many as fit the GPU once, column blocks x
- * row chunks. */
-template <typename T>
-int plan_split(const nlk_norm *k, Plan *p)
+template const void *bwd_kernel<NLK_INSTANCE_T, NLK_INSTANCE_VEC>(const BwdKernel &);
+
+#else
+
+/* ---- The strategies: plans and launches (host) ---- */
+
+namespace {
+
+enum class Strategy { ROW, BLOCKROW, PARTIALS, PERSISTENT };
+
+/* Everything a backward launch and its workspace query must agree on. */
+struct BwdPlan {
+  Rows rows;
+  RowCfg c;
+  const void *kernel;
+  size_t smem;
+  int64_t chunk;         /* > 0: CTA b (SPLIT: CTA row b) takes rows [b*chunk, (b+1)*chunk) */
+  int stages;            /* STRIDE: rows in flight per thread */
+  bool acc_smem;         /* LOOP: dW accumulated in shared memory */
+  const void *pre;       /* SPLIT: the row kernel, on pre_grid CTAs, before the column kernel's
+                          * c.grid x col_blocks CTAs */
+  int64_t pre_grid, col_blocks;
+  bool fused;            /* dW reduced after a grid barrier in the main kernel */
+  int cluster;           /* CTAs per cluster (1: none) */
+  bool share;            /* the cluster's CTAs share each row (ROW_SHARE), else they sum dW */
+  int64_t partial_rows;  /* rows of the fp32 partials/temp buffer (0: none) */
+  bool accum_in_ws;      /* atomic reduction into an fp32 accumulator in the workspace */
+  /* The workspace in floats: the partials (or temp), then the accumulator, then (SPLIT)
+   * the M row sums, which start at float rowc_at. */
+  size_t rowc_at, ws_floats;
+};
+
+/* The dW reduction's buffers (`rows` partial rows unless atomic; an fp32 accumulator for an
+ * atomic reduction into 16-bit dW) and the workspace's layout. */
+void layout_ws(const nlk_norm *k, BwdPlan *p, int64_t rows)
 {
-  const bool v1 = p->c.vec == 1;
-  p->pre = v1 ? (const void *)rms_bwd_rowc<T, 1> : (const void *)rms_bwd_rowc<T, 16 / sizeof(T)>;
-  p->kernel = v1 ? (const void *)rms_bwd_cols<T, 1> : (const void *)rms_bwd_cols<T, 16 / sizeof(T)>;
-  p->smem = 0;
-  p->acc_smem = p->fused = false;
-  p->stages = 0;
-  p->cluster = 1;
-  p->share = false;
-  const int64_t pre = (int64_t)k->sm_count * occupancy(p->pre, LOOP_BLOCK, 0);
+  const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
+  p->partial_rows = dw && !atomic ? rows : 0;
+  p->accum_in_ws = dw && atomic && k->wdt != NLK_F32;
+  p->rowc_at = (size_t)(p->partial_rows + (p->accum_in_ws ? 1 : 0)) * (size_t)k->N;
+  p->ws_floats = p->rowc_at + (p->rows == Rows::SPLIT ? (size_t)k->M : 0);
+}
+
+template <typename T>
+const void *kernel_of(const RowCfg &c, BwdKernel key)
+{
+  key.items = c.items;
+  return with_vec<T>(c.vec, [&](auto V) { return bwd_kernel<T, decltype(V)::value>(key); });
+}
+
+/* The CTAs that would share each row: the fewest, a power of two, that bring a CTA's slice
+ * to the setting's columns or fewer, at most rmsnorm.bwd.share_max; 1 (no sharing) for
+ * narrower rows, for the fused reduction (its grid barrier sums one partial row per CTA) and
+ * where N does not split evenly. Whether the GPU runs such clusters is the plan's to find. */
+int row_share(const nlk_norm *k, Strategy s)
+{
+  const int64_t share_n = k->dt == NLK_F32 ? k->bwd.fp32_share_n : k->bwd.share_n;
+  if ((s != Strategy::PARTIALS && s != Strategy::PERSISTENT) || share_n <= 0 || k->N <= share_n)
+    return 1;
+  if (s == Strategy::PERSISTENT && k->dw && k->reduce != NLK_REDUCE_ATOMIC && k->bwd.fused_reduce)
+    return 1;
+  const int most = k->bwd.share_max < 2 ? 2 : k->bwd.share_max > ROW_SHARE_MAX ? ROW_SHARE_MAX : k->bwd.share_max;
+  int c = pow2ceil((k->N + share_n - 1) / share_n);
+  c = c > most ? pow2ceil(most) : c;
+  return k->N % c == 0 ? c : 1;
+}
+
+/* The row mappings a strategy may run as, best first. partials and persistent: rows shared
+ * by a cluster (from row_share's count, doubled up to ROW_SHARE_MAX while a CTA's slice does
+ * not fit its registers), a row per group, then for rows too wide for registers SPLIT (where
+ * it applies) or LOOP. */
+Candidates candidates(const nlk_norm *k, Strategy s)
+{
+  Candidates c;
+  switch (s) {
+  case Strategy::ROW: return c.add(Rows::CTA).add(Rows::LOOP);
+  case Strategy::BLOCKROW: return c.add(Rows::WARP);
+  default: break;
+  }
+  int share = row_share(k, s);
+  if (share > 1) {
+    c.add(Rows::STRIDE, share);
+    while (share < ROW_SHARE_MAX && k->N % (2 * share) == 0)
+      c.add(Rows::STRIDE, share *= 2);
+  }
+  return c.add(Rows::STRIDE).add(Rows::SPLIT).add(Rows::LOOP);
+}
+
+/* SPLIT, where the looping kernel's dW row would spill out of shared memory, and for 16-bit
+ * rows from split_min_n (fp32 rows run faster in the looping kernel until then): the row
+ * kernel on as many CTAs as fit (at most one per row), the column kernel on about as many
+ * as fit the GPU once, column blocks x row chunks. */
+template <typename T>
+bool fit_split(const nlk_norm *k, BwdPlan *p)
+{
+  const bool dw_spills = k->N * (int64_t)sizeof(float) > smem_budget(k);
+  if (!dw_spills && !(sizeof(T) == 2 && k->bwd.split_min_n > 0 && k->N >= k->bwd.split_min_n))
+    return false;
+  p->c = loop_cfg(k, k->N, sizeof(T));
+  p->pre = kernel_of<T>(p->c, BwdKernel{Rows::SPLIT, 0, SOLO, true});
+  p->kernel = kernel_of<T>(p->c, BwdKernel{Rows::SPLIT, 0, SOLO, false});
+  const int64_t pre = (int64_t)k->sm_count * occupancy(k, p->pre, LOOP_BLOCK, 0);
   p->pre_grid = pre < k->M ? pre : k->M;
   p->col_blocks = (k->N / p->c.vec + SPLIT_BLOCK - 1) / SPLIT_BLOCK;
-  const int64_t fit = (int64_t)k->sm_count * occupancy(p->kernel, SPLIT_BLOCK, 0);
+  const int64_t fit = (int64_t)k->sm_count * occupancy(k, p->kernel, SPLIT_BLOCK, 0);
   int64_t chunks = (fit + p->col_blocks - 1) / p->col_blocks;
   chunks = chunks > k->M ? k->M : chunks < 1 ? 1 : chunks;
   p->chunk = (k->M + chunks - 1) / chunks;
   p->c.grid = (k->M + p->chunk - 1) / p->chunk;
   p->c.block = SPLIT_BLOCK;
   layout_ws(k, p, p->c.grid);
-  return NLK_OK;
+  return true;
 }
 
-/* The CTAs that would share each row (ROW_SHARE): the fewest, a power of two, that bring a
- * CTA's slice to k->share_n columns or fewer, at most k->share_max (plan_rows doubles it, up
- * to 8, while the slice does not fit a CTA's registers); 1 (no sharing) for narrower rows,
- * for the fused reduction (its grid barrier sums one partial row per CTA) and where N does
- * not split evenly. Measured at M = 4096 (notes -22h, runs 64-65): an H100 runs best with
- * 8192 columns a CTA in either dtype (bf16 16384: 2778 GB/s shared by 2, 2503 alone), an H200
- * with 32 KB (bf16 16384: 3717 alone, 3451 by 2; fp32 16384: 3410 by 2, 2851 alone); 4 CTAs
- * of 16384 bf16 columns beat 8 of 8192 at 65536 on both (clusters of 8 hold only 120 CTAs).
- * Whether the GPU runs such clusters is the plan's to find. */
-int row_share(const nlk_norm *k, Mapping m)
-{
-  if ((m != PARTIALS && m != PERSISTENT) || k->share_n <= 0 || k->N <= k->share_n)
-    return 1;
-  if (m == PERSISTENT && k->dw && k->reduce != NLK_REDUCE_ATOMIC && k->fused_reduce)
-    return 1;
-  const int most = k->share_max < 2 ? 2 : k->share_max > ROW_SHARE_MAX ? ROW_SHARE_MAX : k->share_max;
-  int c = pow2ceil((k->N + k->share_n - 1) / k->share_n);
-  c = c > most ? pow2ceil(most) : c;
-  return k->N % c == 0 ? c : 1;
-}
-
-/* partials and persistent stage rmsnorm.bwd.stages rows, fewer when one group's staging
- * would not fit the shared memory; rows too wide for two stages (or for dW in registers) run
- * the two-pass looping kernel, unless `share` CTAs share each row (row_share), each then
- * laying out N / share columns. A sharing the GPU cannot run plans again without. */
+/* The candidate's layout, kernel, clusters and grid; false when it does not fit. Grids: row
+ * and blockrow a CTA per row group; partials contiguous row chunks over the SMs; persistent
+ * as many CTAs as the SMs hold at once (or the settings' count per SM: the looping kernel
+ * re-reads each row in its second pass, from L2 while the rows in flight fit it, and writes
+ * a partial row per CTA, so fewer CTAs than fit can be faster); clusters whole. */
 template <typename T>
-int plan_rows(const nlk_norm *k, Mapping m, Plan *p, int share)
+bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
 {
+  const int elt = sizeof(T), streams = k->dres ? 3 : 2, share = cand.share;
   const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
-  const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
-  const int streams = k->dres ? 3 : 2, pack = pick_vec(k, sizeof(T)) * (int)sizeof(T);
-  nlk_norm slice = *k; /* the row as one CTA sees it */
-  slice.N = k->N / share;
-  int stages = 0;
-  p->flavor = m == ROW ? DIRECT : m == BLOCKROW ? REGS : PIPE;
-  if (p->flavor == PIPE) {
-    stages = fit_stages(&slice, sizeof(T), mode, BWD_LIMITS[PIPE], streams, 1, &p->c);
-  } else {
-    p->c = row_cfg(k, sizeof(T), mode, BWD_LIMITS[p->flavor], k->block_pref, SmemCost{0, 0, 0});
+  const int64_t ncols = k->N / share; /* the columns a CTA holds */
+  const Want want{k->bwd.items, k->bwd.block, k->bwd.blockrow_block};
+  *p = BwdPlan{};
+  p->rows = cand.rows;
+  p->cluster = 1;
+  switch (cand.rows) {
+  case Rows::STRIDE:
+    p->stages = fit_stages(k, ncols, elt, bwd_limits(Rows::STRIDE), want, k->bwd.stages, streams, 1,
+                           &p->c);
+    /* a shared row: the slice in 16-byte packs as the whole row; each of the first `share`
+     * lanes of a group sends the row's sum to one peer; ROW_SHARE_GROUPS rows a CTA */
+    if (!p->stages || (share > 1 && (p->c.vec == 1 || pick_vec(k, k->N, elt) == 1 ||
+                                     p->c.group < share || rows_per_cta(p->c) > ROW_SHARE_GROUPS)))
+      return false;
+    break;
+  case Rows::SPLIT:
+    return fit_split<T>(k, p);
+  case Rows::LOOP:
+    p->c = loop_cfg(k, k->N, elt);
+    break;
+  default: /* CTA, WARP */
+    p->c = row_cfg(k, k->N, elt, cand.rows, bwd_limits(cand.rows), want, SmemCost{0, 0, 0});
+    if (!p->c.items)
+      return false;
   }
-  /* a slice in registers (else more CTAs, up to 8), in 16-byte packs as the whole rows; each
-   * of the first `share` lanes of a group sends the row's sum to one peer; ROW_SHARE_GROUPS
-   * rows a CTA */
-  if (share > 1 && p->c.items == 0 && share < ROW_SHARE_MAX && k->N % (2 * share) == 0)
-    return plan_rows<T>(k, m, p, 2 * share);
-  if (share > 1 && (p->c.items == 0 || p->c.vec == 1 || pick_vec(k, sizeof(T)) == 1 ||
-                    p->c.group < share || rows_per_cta(p->c) > ROW_SHARE_GROUPS))
-    return plan_rows<T>(k, m, p, 1);
-  if (m == BLOCKROW && p->c.items == 0)
-    return NLK_ERR_UNSUPPORTED;
-  p->stages = stages;
-  /* split where the looping kernel's dW row would spill out of shared memory (3x for bf16
-   * at N = 65536 on an H100), and for 16-bit rows from split_min_n (fp32 rows are faster in
-   * the looping kernel until then: 2167 against 1631 GB/s at N = 16384) */
-  const bool dw_spills = k->N * (int64_t)sizeof(float) > smem_budget();
-  p->split = p->flavor == PIPE && p->c.items == 0 &&
-             (dw_spills || (sizeof(T) == 2 && k->split_min_n > 0 && k->N >= k->split_min_n));
-  if (p->split)
-    return plan_split<T>(k, p);
-  /* the kernel at the plan's pack width, for its use of clusters */
-  auto pick = [&](int cl) {
-    return p->c.vec == 1 ? kernel_for<T, 1>(p->c, p->flavor, cl)
-                         : kernel_for<T, 16 / sizeof(T)>(p->c, p->flavor, cl);
-  };
-  p->kernel = pick(share > 1 ? ROW_SHARE : SOLO);
+  p->kernel = kernel_of<T>(p->c, BwdKernel{cand.rows, 0, share > 1 ? ROW_SHARE : SOLO, false});
+  if (!p->kernel)
+    return false;
+  /* shared memory: STRIDE's staging, then (STRIDE, WARP) each group's row of dW; LOOP: the
+   * CTA's dW row, where it fits */
   const int64_t per_cta = rows_per_cta(p->c);
-  p->smem = 0;
-  p->acc_smem = false;
-  if (p->c.items != 0 && p->flavor != DIRECT) {
-    /* staging (PIPE), then each group's row of dW */
-    const size_t staging = (size_t)stages * p->c.block * ((size_t)streams * p->c.items * pack + 4);
-    const size_t rows = (size_t)(per_cta * slice.N) * sizeof(float);
+  if (p->c.items != 0 && cand.rows != Rows::CTA) {
+    const size_t staging =
+        (size_t)p->stages * p->c.block * ((size_t)streams * p->c.items * p->c.vec * elt + 4);
+    const size_t rows = (size_t)(per_cta * ncols) * sizeof(float);
     p->smem = staging > rows ? staging : rows;
-  } else if (p->c.items == 0 && dw && k->N * (int64_t)sizeof(float) <= smem_budget()) {
+  } else if (p->c.items == 0 && dw && k->N * (int64_t)sizeof(float) <= smem_budget(k)) {
     p->acc_smem = true;
     p->smem = (size_t)k->N * sizeof(float);
   }
-  p->chunk = 0;
-  p->fused = false;
-  if (m == PERSISTENT && dw && !atomic && k->fused_reduce) {
-    p->fused = true;
-    if (p->smem < (size_t)p->c.block * sizeof(float))
-      p->smem = (size_t)p->c.block * sizeof(float);
-  }
-  if (allow_smem(p->kernel, p->smem) != cudaSuccess)
-    return share > 1 ? plan_rows<T>(k, m, p, 1) : (int)NLK_ERR_UNSUPPORTED;
-  /* clusters (none before sm_90) of the pipelined kernel: `share` CTAs sharing each row, or
-   * k->cluster CTAs summing dW into one partial row (only into partials); no more CTAs than
-   * the GPU holds in clusters at once */
-  p->cluster = 1;
-  p->share = share > 1;
+  p->fused = s == Strategy::PERSISTENT && dw && !atomic && k->bwd.fused_reduce;
+  if (p->fused && p->smem < (size_t)p->c.block * sizeof(float))
+    p->smem = (size_t)p->c.block * sizeof(float);
+  if (allow_smem(k, p->kernel, p->smem) != cudaSuccess)
+    return false;
+  /* clusters (none before sm_90): `share` CTAs sharing each row, or rmsnorm.bwd.cluster CTAs
+   * summing dW into one partial row (only into partials); no more CTAs than the GPU holds in
+   * clusters at once */
   int64_t cluster_cap = 0;
-  if (p->share) {
-    cluster_cap = (int64_t)max_clusters(p->kernel, share, p->c.block, p->smem) * share;
+  if (share > 1) {
+    cluster_cap = (int64_t)max_clusters(k, p->kernel, share, p->c.block, p->smem) * share;
     if (cluster_cap < share)
-      return plan_rows<T>(k, m, p, 1);
+      return false;
     p->cluster = share;
-  } else if (p->flavor == PIPE && p->c.items != 0 && dw && !atomic && !p->fused && k->cluster > 1 &&
+    p->share = true;
+  } else if (cand.rows == Rows::STRIDE && dw && !atomic && !p->fused && k->bwd.cluster > 1 &&
              k->N % 4 == 0) {
-    const void *kc = pick(DW_SUM);
-    if (kc && allow_smem(kc, p->smem) == cudaSuccess)
-      cluster_cap = (int64_t)max_clusters(kc, k->cluster, p->c.block, p->smem) * k->cluster;
-    if (cluster_cap >= k->cluster) {
-      p->cluster = k->cluster;
+    const void *kc = kernel_of<T>(p->c, BwdKernel{Rows::STRIDE, 0, DW_SUM, false});
+    if (kc && allow_smem(k, kc, p->smem) == cudaSuccess)
+      cluster_cap = (int64_t)max_clusters(k, kc, k->bwd.cluster, p->c.block, p->smem) * k->bwd.cluster;
+    if (cluster_cap >= k->bwd.cluster) {
+      p->cluster = k->bwd.cluster;
       p->kernel = kc;
     }
   }
   /* row groups: each a CTA's rows, or a cluster's when it shares them */
   const int64_t groups = (k->M + per_cta - 1) / per_cta, per_group = p->share ? share : 1;
   int64_t grid = groups * per_group;
-  const int64_t sms = k->grid_sms > 0 && k->grid_sms < k->sm_count ? k->grid_sms : k->sm_count;
-  if (m == PARTIALS) {
+  const int64_t sms = k->bwd.grid_sms > 0 && k->bwd.grid_sms < k->sm_count ? k->bwd.grid_sms : k->sm_count;
+  if (s == Strategy::PARTIALS) {
     grid = sms < grid ? sms : grid;
     if (p->cluster > 1 && grid > cluster_cap)
       grid = cluster_cap;
     const int64_t units = grid / per_group > 0 ? grid / per_group : 1;
     p->chunk = (k->M + units - 1) / units;
     grid = (k->M + p->chunk - 1) / p->chunk * per_group;
-  } else if (m == PERSISTENT) {
-    const int occ = occupancy(p->kernel, p->c.block, p->smem);
-    /* the looping kernel re-reads each row in its second pass (from L2 while the rows in
-     * flight fit it) and writes a partial row per CTA: fewer CTAs than fit can be faster */
-    const int want = p->c.items == 0 ? k->loop_ctas : k->ctas_per_sm;
-    int per_sm = want > 0 ? want : occ;
+  } else if (s == Strategy::PERSISTENT) {
+    const int occ = occupancy(k, p->kernel, p->c.block, p->smem);
+    const int want_sm = p->c.items == 0 ? k->bwd.loop_ctas_per_sm : k->bwd.ctas_per_sm;
+    int per_sm = want_sm > 0 ? want_sm : occ;
     if (p->fused && per_sm > occ)
       per_sm = occ; /* a cooperative launch needs every CTA resident */
     const int64_t fit = sms * per_sm;
@@ -1029,55 +935,48 @@ int plan_rows(const nlk_norm *k, Mapping m, Plan *p, int share)
                   : (grid + p->cluster - 1) / p->cluster * p->cluster;
   p->c.grid = grid;
   layout_ws(k, p, grid / p->cluster);
-  return NLK_OK;
+  return true;
 }
 
 template <typename T>
-int make_plan(const nlk_norm *k, Mapping m, Plan *p)
+bool plan(const nlk_norm *k, Strategy s, BwdPlan *p)
 {
-  return plan_rows<T>(k, m, p, row_share(k, m));
+  return first_fit(candidates(k, s), [&](Candidate c) { return fit<T>(k, s, c, p); });
 }
 
 template <typename T>
-size_t workspace_t(const nlk_norm *k, Mapping m)
+int run(nlk_norm *k, Strategy s)
 {
-  Plan p;
-  if (make_plan<T>(k, m, &p) != NLK_OK)
-    return 0;
-  return p.ws_floats * sizeof(float);
-}
-
-template <typename T>
-int launch_t(nlk_norm *k, Mapping m)
-{
-  Plan p;
-  cudaStream_t s = (cudaStream_t)k->stream;
-  int rc = make_plan<T>(k, m, &p);
-  if (rc != NLK_OK)
-    return rc;
+  BwdPlan p;
+  if (!plan<T>(k, s, &p))
+    return NLK_ERR_UNSUPPORTED;
+  cudaStream_t stream = (cudaStream_t)k->stream;
   const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
   float *ws = (float *)k->ws;
-  BwdArgs a = {k->x, k->dy, k->dres, k->w, k->dx, k->dw, k->rstd,
-               p.partial_rows ? ws : NULL, NULL, NULL, (unsigned int *)k->sync,
-               k->sx, k->sdy, k->sdres, k->sdx, k->M, p.chunk,
-               (int)k->N, p.c.group, k->wdt == NLK_F32, k->cast, p.fused, k->wdt == NLK_F32,
-               p.stages, k->pdl && !p.fused, p.acc_smem, p.cluster, k->offset};
-  if (p.split)
-    a.rowc = ws + p.rowc_at;
+  BwdArgs a{.x = k->x, .dy = k->dy, .dres = k->dres, .w = k->w, .dx = k->dx, .dw = k->dw,
+            .rstd = k->rstd, .partials = p.partial_rows ? ws : NULL, .accum = NULL,
+            .rowc = p.rows == Rows::SPLIT ? ws + p.rowc_at : NULL, .sync = (unsigned int *)k->sync,
+            .sx = k->sx, .sdy = k->sdy, .sdres = k->sdres, .sdx = k->sdx, .M = k->M,
+            .chunk = p.chunk, .N = (int)k->N, .group = p.c.group, .wf32 = k->wdt == NLK_F32,
+            .cast = k->cast, .fused = p.fused, .dw_f32 = k->wdt == NLK_F32, .stages = p.stages,
+            .pdl = k->pdl && !p.fused, .acc_smem = p.acc_smem, .cluster = p.cluster,
+            .offset = k->offset};
+  int rc;
   if (dw && atomic) {
     a.accum = p.accum_in_ws ? ws : (float *)k->dw;
-    rc = cuda_result(k, cudaMemsetAsync(a.accum, 0, (size_t)k->N * sizeof(float), s));
+    rc = cuda_result(k, cudaMemsetAsync(a.accum, 0, (size_t)k->N * sizeof(float), stream));
     if (rc != NLK_OK)
       return rc;
   }
-  k->grid = (int32_t)(p.split ? p.c.grid * p.col_blocks : p.c.grid);
+  k->grid = (int32_t)(p.rows == Rows::SPLIT ? p.c.grid * p.col_blocks : p.c.grid);
   k->block = p.c.block;
   k->cluster_dim = p.cluster;
+  k->kernel = p.kernel;
   void *args[] = {&a};
   if (p.fused)
     rc = cuda_result(k, cudaLaunchCooperativeKernel(p.kernel, dim3((unsigned)p.c.grid),
-                                                    dim3(p.c.block), args, p.smem, s));
-  else if (p.split) {
+                                                    dim3(p.c.block), args, p.smem, stream));
+  else if (p.rows == Rows::SPLIT) {
     rc = launch_norm(k, p.pre, p.pre_grid, LOOP_BLOCK, 0, args);
     if (rc == NLK_OK)
       rc = launch_norm(k, p.kernel, p.col_blocks, SPLIT_BLOCK, 0, args, (unsigned)p.c.grid);
@@ -1085,46 +984,56 @@ int launch_t(nlk_norm *k, Mapping m)
     rc = launch_norm(k, p.kernel, p.c.grid, p.c.block, p.smem, args, 1, p.cluster);
   if (rc != NLK_OK || !dw)
     return rc;
-  if (p.partial_rows && !p.fused) {
-    /* row's M x N temp keeps its lines: discarding them cost row 10% at 4096 x 1024 on an
-     * H100, and the rows beyond L2 have gone back to DRAM before the reduce anyway */
-    const bool drop = p.flavor != DIRECT;
-    if (k->wdt == NLK_F32)
-      rc = launch_dw_reduce<float>(k, ws, p.partial_rows, drop, (float *)k->dw);
-    else
-      rc = launch_dw_reduce<T>(k, ws, p.partial_rows, drop, (T *)k->dw);
-  } else if (p.accum_in_ws) {
-    dw_convert<T><<<(unsigned)((k->N + 255) / 256), 256, 0, s>>>(ws, (int)k->N, (T *)k->dw);
-    rc = cuda_result(k, cudaGetLastError());
-  }
-  return rc;
+  /* row's M x N temp keeps its lines in L2 (the rows beyond L2 have gone back to DRAM before
+   * the reduce anyway, and dropping the rest measured slower); every other strategy's
+   * partials are dropped once read */
+  if (p.partial_rows && !p.fused)
+    return reduce_partials(k, ws, p.partial_rows, s != Strategy::ROW);
+  if (p.accum_in_ws)
+    return convert_accum(k, ws);
+  return NLK_OK;
 }
 
-int launch(nlk_norm *k, Mapping m)
+int launch(nlk_norm *k, Strategy s)
 {
-  return with_dtype(k->dt, [&](auto t) { return launch_t<decltype(t)>(k, m); });
+  return with_dtype(k->dt, [&](auto t) { return run<decltype(t)>(k, s); });
 }
 
-size_t workspace(const nlk_norm *k, Mapping m)
+size_t workspace(const nlk_norm *k, Strategy s)
 {
   size_t bytes = 0;
   with_dtype(k->dt, [&](auto t) {
-    bytes = workspace_t<decltype(t)>(k, m);
+    BwdPlan p;
+    if (plan<decltype(t)>(k, s, &p))
+      bytes = p.ws_floats * sizeof(float);
     return 0;
   });
   return bytes;
 }
 
+int launch_row(nlk_norm *k) { return launch(k, Strategy::ROW); }
+int launch_blockrow(nlk_norm *k) { return launch(k, Strategy::BLOCKROW); }
+int launch_partials(nlk_norm *k) { return launch(k, Strategy::PARTIALS); }
+int launch_persistent(nlk_norm *k) { return launch(k, Strategy::PERSISTENT); }
+size_t workspace_row(const nlk_norm *k) { return workspace(k, Strategy::ROW); }
+size_t workspace_blockrow(const nlk_norm *k) { return workspace(k, Strategy::BLOCKROW); }
+size_t workspace_partials(const nlk_norm *k) { return workspace(k, Strategy::PARTIALS); }
+size_t workspace_persistent(const nlk_norm *k) { return workspace(k, Strategy::PERSISTENT); }
+
 } // namespace
+
+#endif
+
 } // namespace nlk
 
-extern "C" {
-int nlk_cuda_rms_bwd_row(nlk_norm *k) { return nlk::launch(k, nlk::ROW); }
-int nlk_cuda_rms_bwd_blockrow(nlk_norm *k) { return nlk::launch(k, nlk::BLOCKROW); }
-int nlk_cuda_rms_bwd_partials(nlk_norm *k) { return nlk::launch(k, nlk::PARTIALS); }
-int nlk_cuda_rms_bwd_persistent(nlk_norm *k) { return nlk::launch(k, nlk::PERSISTENT); }
-size_t nlk_cuda_rms_bwd_row_ws(const nlk_norm *k) { return nlk::workspace(k, nlk::ROW); }
-size_t nlk_cuda_rms_bwd_blockrow_ws(const nlk_norm *k) { return nlk::workspace(k, nlk::BLOCKROW); }
-size_t nlk_cuda_rms_bwd_partials_ws(const nlk_norm *k) { return nlk::workspace(k, nlk::PARTIALS); }
-size_t nlk_cuda_rms_bwd_persistent_ws(const nlk_norm *k) { return nlk::workspace(k, nlk::PERSISTENT); }
-}
+#ifndef NLK_INSTANCE
+
+extern "C" const nlk_strategy nlk_cuda_bwd[] = {
+  {"row", NLK_BWD, nlk::launch_row, nlk::workspace_row, nlk::max_n_supports},
+  {"blockrow", NLK_BWD, nlk::launch_blockrow, nlk::workspace_blockrow, nlk::warp_row_supports},
+  {"partials", NLK_BWD, nlk::launch_partials, nlk::workspace_partials, nlk::max_n_supports},
+  {"persistent", NLK_BWD, nlk::launch_persistent, nlk::workspace_persistent, nlk::max_n_supports},
+  {NULL, 0, NULL, NULL, NULL},
+};
+
+#endif

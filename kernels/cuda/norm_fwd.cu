@@ -1,33 +1,32 @@
 /*
- * rmsnorm_fwd.cu: RMSNorm forward (and add_rmsnorm, whose residual add is fused in front).
+ * norm_fwd.cu: the forward family. RMSNorm, and add_rmsnorm with its residual add fused in
+ * front (h = round(x + residual) goes to residual_out and is normalised); the ops differ only
+ * where their math differs (the RES template parameter).
  *
- * Four mappings of rows to the grid:
- *   row        one CTA per row (grid = M); the CTA reduces the row's sum of squares;
- *   blockrow   CTAs of rmsnorm.fwd.blockrow_block threads (256), a warp or less per row,
- *              shuffles only;
- *   persistent grid = SMs x resident CTAs of rmsnorm.fwd.block threads striding over rows;
- *              the weight is read into registers once per CTA, and each thread keeps its
- *              packs of the next rmsnorm.fwd.stages - 1 rows in flight through cp.async into
- *              shared memory, so DRAM stays busy across every row's reduction;
- *   staged     one CTA per row, the whole row copied to shared memory through cp.async.
- * In row, blockrow and persistent a thread holds its `items` packs of the row in registers
- * between the reduction and the normalisation, so x is read once. For rows up to
- * rmsnorm.fwd.early_weight_max_n the one-row kernels load the weight with x (such grids are
- * about one wave, so every CTA would otherwise wait on the weight at once, after its
- * reduction); wider rows stay lean, stream x past L1 and read the weight there after the
- * reduction. From rmsnorm.fwd.reload_min_n columns they hold nothing: x is read twice, the
- * second time from L1, which buys a fourth CTA per SM. Outputs go out through streaming
- * stores (1-3% on an H200 at M = 4096, whether outputs rotate or are shared across
- * benchmark sets; -2% only at N = 1024 shared), except the reload kernel's. With llama
- * casting and 16-bit weights of x's dtype, y is one packed multiply per two elements. Rows
- * wider than the block limits allow (or any row, with rmsnorm.fwd.items = 0) go to a looping
- * kernel that reads x twice (the second time mostly from L1 or L2). Packs are 16 bytes when
- * N, strides and pointers allow, single elements otherwise.
+ * Strategies (nlk_cuda_fwd, at the end) and the row mappings they run as (plan.cuh):
+ *   row         CTA: one CTA per row; LOOP for rows too wide for registers;
+ *   blockrow    WARP: a warp or less per row, rmsnorm.fwd.blockrow_block threads per CTA;
+ *   persistent  STRIDE: grid = SMs x resident CTAs striding over rows, the weight read once
+ *               per CTA, each thread's packs of the next rmsnorm.fwd.stages - 1 rows in
+ *               flight through cp.async; GROUPS (one-row kernels) where no stage fits, LOOP;
+ *   staged      STAGED: one CTA per row, the row copied whole to shared memory.
+ * In the one-row kernels a thread holds its packs of x in registers across the row's
+ * reduction, so x is read once; up to rmsnorm.fwd.early_weight_max_n columns it loads the
+ * weight with x (grids of about one wave otherwise wait on the weight all at once, after
+ * the reduction); from rmsnorm.fwd.reload_min_n it holds nothing and reads x twice, the
+ * second time from L1, which fits more CTAs per SM. Outputs leave through streaming stores.
+ * With llama casting and 16-bit weights of x's dtype, y is one packed multiply per two
+ * elements. Packs are 16 bytes when N, strides and pointers allow, single elements otherwise.
+ *
+ * This file is compiled as itself for the strategies (host code only) and, through the
+ * translation units CMake generates from instances.cu.in, once per dtype and pack width for
+ * the kernels (NLK_INSTANCE), so that a build runs them in parallel.
  */
-#include "common.cuh"
+#include "device.cuh"
+#include "nlk_cuda.h"
+#include "plan.cuh"
 
 namespace nlk {
-namespace {
 
 struct FwdArgs {
   const void *x, *res, *w;
@@ -40,21 +39,45 @@ struct FwdArgs {
   float offset, eps, inv_n; /* inv_n: 1 / N, from the host */
 };
 
+/* What a one-row kernel's thread holds across the reduction: its packs of x, the weight read
+ * after the reduction from L1 (X); x and the weight loaded with it (EARLY_W); nothing, x read
+ * again from L1 after the reduction (RELOAD). */
+enum class Hold { X, EARLY_W, RELOAD };
+
+/* Everything that selects a forward kernel besides the dtype and the pack width. */
+struct FwdKernel {
+  Rows rows;
+  int items;
+  Hold hold;
+  bool res;
+};
+
+/* The kernel for a key, from the translation unit that instantiates T and VEC; NULL when no
+ * kernel has that layout. */
+template <typename T, int VEC> const void *fwd_kernel(const FwdKernel &key);
+
 /* The largest block per packs per thread (items 1, 2, 4, 8) and the CTAs of that size that
  * must fit an SM: at most 512 threads share a row from 2 packs up (wider rows take more packs
- * per thread: 2 resident rows of 512 threads move more than one of 1024), within 64
- * registers up to 4 packs. From ptxas's counts for bf16 (the hungriest dtype) so that
+ * per thread: two resident rows of 512 threads move more than one of 1024), within 64
+ * registers up to 4 packs. From ptxas's counts for bf16 (the hungriest dtype), so that
  * nothing spills. */
 constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}, 0};
-/* The early-weight kernels at 2 packs within 42 registers (three CTAs of 512, six of 256):
- * 48 registers and five CTAs of 256 left N = 4096 at 84% of the roofline, 40 reach 88%. */
-constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0};
 constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 512};
-/* reload: nothing held across the reduction, so 32 registers and a full SM of threads up
- * to 2 packs; the first read's packs need 42 at 4 (three CTAs of 512) and 64 at 8. */
-constexpr BlockLimits FWD_RELOAD_LIMITS{{1024, 512, 512, 256}, {2, 4, 3, 4}, 0};
 /* staged: any block up to 1024 threads within 32 registers, a full SM of threads. */
 enum { STAGED_MAX_BLOCK = 1024, STAGED_MIN_CTAS = 2 };
+
+/* ---- The kernels, compiled once per dtype and pack width (NLK_INSTANCE) ---- */
+
+#ifdef NLK_INSTANCE
+
+namespace {
+
+/* The early-weight kernels at 2 packs in fewer registers, three CTAs of 512: one CTA more
+ * per SM is what an N = 4096 row needs to reach the roofline. */
+constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0};
+/* reload: nothing held across the reduction, so 32 registers and a full SM of threads up
+ * to 2 packs; the first read's packs need more at 4 (three CTAs of 512) and 8. */
+constexpr BlockLimits FWD_RELOAD_LIMITS{{1024, 512, 512, 256}, {2, 4, 3, 4}, 0};
 
 /* y for one element from its input x, 1/rms r and weight W (W already rounded to T in
  * cast mode none). */
@@ -98,10 +121,9 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
 /* y for pack v of a row (y: its first pack) from its x (h for add_rmsnorm) pack p, the row's
  * 1/rms r and the weight of item i in wt, out through a streaming store (STREAM) or a plain
  * one. With llama casting and 16-bit weights of x's dtype and no offset (a.pair, decided on
- * the host), one packed multiply per two elements. The host's flag and the row's address
- * computed once took the one-row kernels' epilogue from 53 instructions a pack (the four
- * conditions reloaded and the address rebuilt for every pack) to about 40 (ncu, 4096 x 1024:
- * 393 -> 342 warp instructions a row), at the same register allocation. */
+ * the host), one packed multiply per two elements. The flag decided once on the host and
+ * the row's address computed once keep the epilogue short: evaluated per pack, the
+ * conditions and the address cost about a quarter more instructions per row. */
 template <bool STREAM, typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void store_y(const FwdArgs &a, Pack<T, VEC> *y, int v, const Pack<T, VEC> &p,
                                         float r, const Weights<T, VEC, ITEMS> &wt, int i)
@@ -165,14 +187,14 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
   }
 }
 
-/* row and blockrow: each group handles exactly one row. The weight is read after the
+/* CTA, WARP and GROUPS: each group handles exactly one row. The weight is read after the
  * reduction, from L1 (the CTAs of an SM share it; x streams past it), or with EARLY
- * (rmsnorm.fwd.early_weight_max_n, rmsnorm only: add_rmsnorm's residual packs leave no
- * registers for it) together with x, its latency hidden behind x's, and held in registers
- * across the reduction; x then loads with the default policy, 2-3% faster on an H200. */
+ * (Hold::EARLY_W, rmsnorm only: add_rmsnorm's residual packs leave no registers for it)
+ * together with x, its latency hidden behind x's, and held in registers across the
+ * reduction; x then loads with the default policy, which measured faster there. */
 template <typename T, int VEC, int ITEMS, bool RES, bool EARLY>
 __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS : FWD_LIMITS).ctas(ITEMS))
-    rms_fwd_one(FwdArgs a)
+    fwd_one(FwdArgs a)
 {
   pdl_begin(a.pdl);
   const Group g(a.group);
@@ -188,15 +210,14 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS :
   process<T, VEC, ITEMS, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
 }
 
-/* row and blockrow for rows from rmsnorm.fwd.reload_min_n (rmsnorm only): x is read twice
- * instead of held across the reduction, the second time from L1 (the first read asks L1 and
- * L2 to keep the lines, the second to drop them), so a thread holds no packs there: 32
- * registers and four CTAs of 512 threads per SM where the register-held row fits three. The
- * weight is read from L1 after the reduction. y goes out through plain stores: streaming
- * ones cost this kernel 3% at N = 8192 on an H200 (they help the others). */
+/* Hold::RELOAD (rmsnorm only): x is read twice instead of held across the reduction, the
+ * second time from L1 (the first read asks L1 and L2 to keep the lines, the second to drop
+ * them), so a thread holds no packs there: 32 registers and four CTAs of 512 threads per SM
+ * where the register-held row fits three. The weight is read from L1 after the reduction. y
+ * goes out through plain stores: streaming ones measured slower in this kernel alone. */
 template <typename T, int VEC, int ITEMS>
 __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ctas(ITEMS))
-    rms_fwd_reload(FwdArgs a)
+    fwd_reload(FwdArgs a)
 {
   pdl_begin(a.pdl);
   const Group g(a.group);
@@ -234,12 +255,12 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
   }
 }
 
-/* persistent: CTAs stride over rows with a trip count uniform across the CTA (rows past M
+/* STRIDE: CTAs stride over rows with a trip count uniform across the CTA (rows past M
  * idle but still join the barriers). Stage s of a thread's staging holds its x (and
  * residual) packs of the row s iterations ahead; each iteration tops the pipeline up, waits
  * for the oldest stage and works on it from registers. */
 template <typename T, int VEC, int ITEMS, bool RES>
-__global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(ITEMS)) rms_fwd_pipe(FwdArgs a)
+__global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(ITEMS)) fwd_stride(FwdArgs a)
 {
   pdl_begin(a.pdl);
   using P = Pack<T, VEC>;
@@ -290,14 +311,14 @@ __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(I
   copy_wait(0);
 }
 
-/* staged: one CTA per row, copied whole into shared memory through cp.async, so a thread
+/* STAGED: one CTA per row, copied whole into shared memory through cp.async, so a thread
  * holds no packs across the reduction (32 registers): an SM keeps as many rows in flight as
  * its threads and shared memory allow (eight 256-thread CTAs of 16 KB at N = 8192 bf16,
  * against three register-held rows of 512 threads). Each thread reads back only the slots
  * it copied, so the reduction is the only barrier; the weight comes from L1 after it.
  * Limits: the row (and residual) must fit one CTA's shared memory. */
 template <typename T, int VEC, bool RES>
-__global__ void __launch_bounds__(STAGED_MAX_BLOCK, STAGED_MIN_CTAS) rms_fwd_staged(FwdArgs a)
+__global__ void __launch_bounds__(STAGED_MAX_BLOCK, STAGED_MIN_CTAS) fwd_staged(FwdArgs a)
 {
   pdl_begin(a.pdl);
   using P = Pack<T, VEC>;
@@ -332,10 +353,10 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, STAGED_MIN_CTAS) rms_fwd_sta
     store_y<true>(a, y, v, xs[v], r, wt, 0);
 }
 
-/* Rows wider than registers hold: the CTA loops over the row twice, the second time
- * re-reading x (or h from res_out) and the weight. */
+/* LOOP: rows wider than registers hold. The CTA loops over the row twice, the second time
+ * re-reading x (or h from res_out) and the weight, mostly from L1 or L2. */
 template <typename T, int VEC>
-__global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
+__global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a)
 {
   pdl_begin(a.pdl);
   const int nvec = a.N / VEC;
@@ -363,145 +384,168 @@ __global__ void __launch_bounds__(LOOP_BLOCK) rms_fwd_loop(FwdArgs a)
   }
 }
 
-enum Mapping { ROW, BLOCKROW, PERSISTENT, STAGED };
+} // namespace
 
-FwdArgs fwd_args(const nlk_norm *k, int group, int stages)
+template <typename T, int VEC> const void *fwd_kernel(const FwdKernel &key)
 {
-  return FwdArgs{k->x, k->res, k->w, k->y, k->res_out, k->rstd, k->sx, k->sres, k->sy,
-                 k->sres_out, k->M, (int)k->N, group, k->wdt == NLK_F32, k->cast, stages, k->pdl,
-                 k->cast == NLK_CAST_LLAMA && k->w && k->wdt == k->dt && k->offset == 0.f,
-                 k->offset, k->eps, 1.f / (float)k->N};
-}
-
-/* The one-row kernels: x held in registers across the reduction with the weight read after
- * it (LEAN) or loaded with x (EARLY), or x read twice (RELOAD). */
-enum OneRow { LEAN, EARLY, RELOAD };
-
-/* Everything a launch decides before it starts. */
-struct Plan {
-  RowCfg c;
-  bool pipe;     /* the persistent kernel (else one-row or looping) */
-  OneRow one;    /* which one-row kernel (row, blockrow) */
-  int stages;
-  size_t smem;
-  const void *kernel;
-};
-
-template <typename T, int VEC, bool RES>
-const void *kernel_for(const RowCfg &c, bool pipe, OneRow one)
-{
-  if (c.items == 0)
-    return (const void *)rms_fwd_loop<T, VEC>;
+  if (key.rows == Rows::LOOP)
+    return (const void *)fwd_loop<T, VEC>;
+  if (key.rows == Rows::STAGED)
+    return key.res ? (const void *)fwd_staged<T, VEC, true> : (const void *)fwd_staged<T, VEC, false>;
   const void *kp = NULL;
-  with_items(c.items, [&](auto I) {
+  with_items(key.items, [&](auto I) {
     constexpr int IT = decltype(I)::value;
-    if (pipe)
-      kp = (const void *)rms_fwd_pipe<T, VEC, IT, RES>;
-    else if constexpr (!RES)
-      kp = one == RELOAD ? (const void *)rms_fwd_reload<T, VEC, IT>
-           : one == EARLY ? (const void *)rms_fwd_one<T, VEC, IT, false, true>
-                          : (const void *)rms_fwd_one<T, VEC, IT, false, false>;
+    if (key.rows == Rows::STRIDE)
+      kp = key.res ? (const void *)fwd_stride<T, VEC, IT, true> : (const void *)fwd_stride<T, VEC, IT, false>;
+    else if (key.res)
+      kp = (const void *)fwd_one<T, VEC, IT, true, false>;
     else
-      kp = (const void *)rms_fwd_one<T, VEC, IT, true, false>;
+      kp = key.hold == Hold::RELOAD    ? (const void *)fwd_reload<T, VEC, IT>
+           : key.hold == Hold::EARLY_W ? (const void *)fwd_one<T, VEC, IT, false, true>
+                                       : (const void *)fwd_one<T, VEC, IT, false, false>;
     return 0;
   });
   return kp;
 }
 
-/* persistent stages rmsnorm.fwd.stages rows, fewer when one group's staging would not fit
- * the shared memory; a row too wide for even two stages runs the one-row kernels. */
-template <typename T>
-Plan make_plan(const nlk_norm *k, Mapping m)
+template const void *fwd_kernel<NLK_INSTANCE_T, NLK_INSTANCE_VEC>(const FwdKernel &);
+
+#else
+
+
+namespace {
+
+/* Everything a forward launch decides. */
+struct FwdPlan {
+  Rows rows;
+  RowCfg c;
+  int stages;          /* STRIDE: rows in flight per thread */
+  size_t smem;
+  const void *kernel;
+};
+
+Hold hold_of(const nlk_norm *k)
 {
-  Plan p;
-  const int streams = k->res ? 2 : 1;
-  const RowMode mode = m == ROW ? CTA_ROWS : m == BLOCKROW ? WARP_ROWS : MANY_ROWS;
-  p.pipe = false;
-  p.one = k->res ? LEAN : k->reload ? RELOAD : k->early_weight ? EARLY : LEAN;
-  p.stages = 0;
-  p.smem = 0;
-  if (m == PERSISTENT) {
-    const int pack = pick_vec(k, sizeof(T)) * (int)sizeof(T);
-    p.stages = fit_stages(k, sizeof(T), mode, FWD_PIPE_LIMITS, streams, 0, &p.c);
-    p.pipe = p.stages != 0;
-    if (p.pipe)
-      p.smem = (size_t)p.stages * streams * p.c.items * p.c.block * pack;
-  }
-  if (!p.pipe)
-    p.c = row_cfg(k, sizeof(T), mode, FWD_LIMITS, k->block_pref, SmemCost{0, 0, 0});
-  return p;
+  if (k->res)
+    return Hold::X;
+  if (k->fwd.reload_min_n > 0 && k->N >= k->fwd.reload_min_n)
+    return Hold::RELOAD;
+  return k->N <= k->fwd.early_weight_max_n ? Hold::EARLY_W : Hold::X;
 }
 
-template <typename T, int VEC>
-int launch_vec(nlk_norm *k, Plan &p)
+/* The candidate's layout for T, and its kernel; false when it does not fit. */
+template <typename T>
+bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
 {
-  FwdArgs a = fwd_args(k, p.c.group, p.stages);
-  p.kernel = k->res ? kernel_for<T, VEC, true>(p.c, p.pipe, p.one)
-                    : kernel_for<T, VEC, false>(p.c, p.pipe, p.one);
-  if (allow_smem(p.kernel, p.smem) != cudaSuccess)
+  const int elt = sizeof(T), streams = k->res ? 2 : 1;
+  const Want want{k->fwd.items, k->fwd.block, k->fwd.blockrow_block};
+  p->rows = rows;
+  p->stages = 0;
+  p->smem = 0;
+  switch (rows) {
+  case Rows::STRIDE:
+    p->stages = fit_stages(k, k->N, elt, FWD_PIPE_LIMITS, want, k->fwd.stages, streams, 0, &p->c);
+    if (!p->stages)
+      return false;
+    p->smem = (size_t)p->stages * streams * p->c.items * p->c.block * p->c.vec * elt;
+    break;
+  case Rows::STAGED: {
+    /* block: the threads that give each about staged_items packs of the row (32 to 1024);
+     * shared memory: the row and, for add_rmsnorm, its residual */
+    const int items = k->fwd.staged_items < 1 ? 1 : k->fwd.staged_items;
+    p->c = loop_cfg(k, k->N, elt);
+    const int block = pow2ceil((k->N / p->c.vec + items - 1) / items);
+    p->c.group = p->c.block = block < 32 ? 32 : block > STAGED_MAX_BLOCK ? STAGED_MAX_BLOCK : block;
+    p->smem = (size_t)streams * k->N * elt;
+    if ((int64_t)p->smem > smem_budget(k))
+      return false;
+    break;
+  }
+  case Rows::LOOP:
+    p->c = loop_cfg(k, k->N, elt);
+    break;
+  default: /* CTA, WARP, GROUPS: a row per group, in registers */
+    p->c = row_cfg(k, k->N, elt, rows, FWD_LIMITS, want, SmemCost{0, 0, 0});
+    if (!p->c.items)
+      return false;
+  }
+  const FwdKernel key{rows, p->c.items, hold_of(k), k->res != NULL};
+  p->kernel = with_vec<T>(p->c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value>(key); });
+  return p->kernel && allow_smem(k, p->kernel, p->smem) == cudaSuccess;
+}
+
+/* Plans the first of `cands` that fits and launches it: one-row mappings take a CTA per row
+ * group, STRIDE and LOOP as many CTAs as the GPU holds at once (or the settings' count per
+ * SM: the looping kernel re-reads each row in its second pass, from L2 while the rows in
+ * flight fit it, so fewer CTAs than fit can be faster), STAGED a CTA per row. */
+template <typename T>
+int run(nlk_norm *k, const Candidates &cands)
+{
+  FwdPlan p;
+  if (!first_fit(cands, [&](Candidate c) { return fit<T>(k, c.rows, &p); }))
     return NLK_ERR_UNSUPPORTED;
   const int64_t per_cta = rows_per_cta(p.c), groups = (k->M + per_cta - 1) / per_cta;
   int64_t grid = groups;
-  if (p.pipe || p.c.items == 0) {
-    /* the looping kernel re-reads each row in its second pass, from L2 while the rows in
-     * flight fit it: fewer CTAs than fit can be faster (rmsnorm.fwd.loop_ctas_per_sm) */
-    const int want = p.pipe ? k->ctas_per_sm : k->loop_ctas;
-    const int per_sm = want > 0 ? want : occupancy(p.kernel, p.c.block, p.smem);
+  if (p.rows == Rows::STRIDE || p.rows == Rows::LOOP) {
+    const int want = p.rows == Rows::STRIDE ? k->fwd.ctas_per_sm : k->fwd.loop_ctas_per_sm;
+    const int per_sm = want > 0 ? want : occupancy(k, p.kernel, p.c.block, p.smem);
     grid = (int64_t)k->sm_count * per_sm;
     if (grid > groups)
       grid = groups;
   }
+  FwdArgs a{.x = k->x, .res = k->res, .w = k->w, .y = k->y, .res_out = k->res_out,
+            .rstd = k->rstd, .sx = k->sx, .sres = k->sres, .sy = k->sy, .sres_out = k->sres_out,
+            .M = k->M, .N = (int)k->N, .group = p.c.group, .wf32 = k->wdt == NLK_F32,
+            .cast = k->cast, .stages = p.stages, .pdl = k->pdl,
+            .pair = k->cast == NLK_CAST_LLAMA && k->w && k->wdt == k->dt && k->offset == 0.f,
+            .offset = k->offset, .eps = k->eps, .inv_n = 1.f / (float)k->N};
   k->grid = (int32_t)grid;
   k->block = p.c.block;
+  k->kernel = p.kernel;
   void *args[] = {&a};
   return launch_norm(k, p.kernel, grid, p.c.block, p.smem, args);
 }
 
-/* staged: block = the threads that give each about k->items packs of the row (32 to 1024),
- * dynamic shared memory = the row and, for add_rmsnorm, its residual. */
-template <typename T, int VEC>
-int launch_staged(nlk_norm *k)
+int launch(nlk_norm *k, const Candidates &cands)
 {
-  FwdArgs a = fwd_args(k, 0, 0);
-  const int items = k->items < 1 ? 1 : k->items;
-  const int64_t nvec = k->N / VEC;
-  int block = pow2ceil((nvec + items - 1) / items);
-  block = block < 32 ? 32 : block > STAGED_MAX_BLOCK ? STAGED_MAX_BLOCK : block;
-  const size_t smem = (size_t)(k->res ? 2 : 1) * k->N * sizeof(T);
-  const void *kernel = k->res ? (const void *)rms_fwd_staged<T, VEC, true>
-                              : (const void *)rms_fwd_staged<T, VEC, false>;
-  if ((int64_t)smem > smem_budget() || allow_smem(kernel, smem) != cudaSuccess)
-    return NLK_ERR_UNSUPPORTED;
-  k->grid = (int32_t)k->M;
-  k->block = block;
-  void *args[] = {&a};
-  return launch_norm(k, kernel, k->M, block, smem, args);
+  return with_dtype(k->dt, [&](auto t) { return run<decltype(t)>(k, cands); });
 }
 
-int launch(nlk_norm *k, Mapping m)
+int launch_row(nlk_norm *k) { return launch(k, Candidates().add(Rows::CTA).add(Rows::LOOP)); }
+
+int launch_blockrow(nlk_norm *k) { return launch(k, Candidates().add(Rows::WARP)); }
+
+int launch_persistent(nlk_norm *k)
 {
-  return with_dtype(k->dt, [&](auto t) {
-    using T = decltype(t);
-    if (m == STAGED)
-      return pick_vec(k, sizeof(T)) == 1 ? launch_staged<T, 1>(k) : launch_staged<T, 16 / sizeof(T)>(k);
-    Plan p = make_plan<T>(k, m);
-    if (m == BLOCKROW && p.c.items == 0)
-      return (int)NLK_ERR_UNSUPPORTED;
-    return p.c.vec == 1 ? launch_vec<T, 1>(k, p) : launch_vec<T, 16 / sizeof(T)>(k, p);
-  });
+  return launch(k, Candidates().add(Rows::STRIDE).add(Rows::GROUPS).add(Rows::LOOP));
+}
+
+int launch_staged(nlk_norm *k) { return launch(k, Candidates().add(Rows::STAGED)); }
+
+int staged_supports(const nlk_norm *k, char *why, size_t cap)
+{
+  const int64_t max_n = smem_budget(k) / ((k->res ? 2 : 1) * nlk_dtype_size(k->dt));
+  if (k->N <= max_n)
+    return NLK_OK;
+  snprintf(why, cap, "N = %lld does not fit one CTA's shared memory (at most %lld %s%s)",
+           (long long)k->N, (long long)max_n, nlk_dtype_name(k->dt), k->res ? " with its residual" : "");
+  return NLK_ERR_UNSUPPORTED;
 }
 
 } // namespace
+
+#endif
+
 } // namespace nlk
 
-extern "C" {
-int nlk_cuda_rms_fwd_row(nlk_norm *k) { return nlk::launch(k, nlk::ROW); }
-int nlk_cuda_rms_fwd_blockrow(nlk_norm *k) { return nlk::launch(k, nlk::BLOCKROW); }
-int nlk_cuda_rms_fwd_persistent(nlk_norm *k) { return nlk::launch(k, nlk::PERSISTENT); }
-int nlk_cuda_rms_fwd_staged(nlk_norm *k) { return nlk::launch(k, nlk::STAGED); }
+#ifndef NLK_INSTANCE
 
-int64_t nlk_cuda_staged_max_n(const nlk_norm *k)
-{
-  return nlk::smem_budget() / ((k->res ? 2 : 1) * nlk_dtype_size(k->dt));
-}
-}
+extern "C" const nlk_strategy nlk_cuda_fwd[] = {
+  {"row", NLK_FWD, nlk::launch_row, NULL, nlk::max_n_supports},
+  {"blockrow", NLK_FWD, nlk::launch_blockrow, NULL, nlk::warp_row_supports},
+  {"persistent", NLK_FWD, nlk::launch_persistent, NULL, nlk::max_n_supports},
+  {"staged", NLK_FWD, nlk::launch_staged, NULL, nlk::staged_supports},
+  {NULL, 0, NULL, NULL, NULL},
+};
+
+#endif

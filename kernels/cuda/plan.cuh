@@ -1,0 +1,313 @@
+/*
+ * plan.cuh: how every op and pass plans a launch. A strategy (row, blockrow, persistent, ...)
+ * lists the row mappings it may run as, best first; the plan is the first candidate whose
+ * layout fits the row: a register layout within the kernel's block limits, staging within
+ * the shared memory, clusters the GPU can hold. The kernels of a pass take the plan's
+ * layout as template parameters and the rest as one argument struct.
+ *
+ * Also here: launch helpers (programmatic dependent launch, clusters) and the per-device
+ * caches behind them (plan.cu): shared-memory opt-in and occupancy, keyed by device.
+ */
+#ifndef NL_PLAN_CUH
+#define NL_PLAN_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <type_traits>
+
+#include "nlk.h"
+
+namespace nlk {
+
+/* How a launch maps rows to threads; every plan is one of these. */
+enum class Rows {
+  CTA,     /* one CTA per row, the row in registers (the CTA is the row's threads) */
+  WARP,    /* a warp or less per row, a fixed CTA size (the *.blockrow_block setting) */
+  GROUPS,  /* a group per row within the preferred CTA size, one row each */
+  STRIDE,  /* groups walk rows with the next ones in flight through cp.async, keeping
+            * per-thread state (weight, dW) across rows; on sm_90 a row may be shared by
+            * the CTAs of a cluster */
+  STAGED,  /* one CTA per row, the whole row staged in shared memory */
+  LOOP,    /* a CTA per row at a time looping over it twice: rows too wide for registers */
+  SPLIT,   /* backward rows too wide for registers: a row-reduction kernel, then a column
+            * kernel */
+};
+
+enum { MAX_ITEMS = 8, LOOP_BLOCK = 512 };
+
+/* The largest block a kernel holding `items` packs per thread may run with, and the CTAs of
+ * that size it must fit per SM (1 when not given): together the register budget per thread
+ * (64K per SM / (block x CTAs)). ptxas takes every register the budget allows, so the
+ * one-row kernels, whose occupancy hides their latency, get tight budgets. Kernels declare
+ * __launch_bounds__ from the same table, or ptxas would cap them at 64 registers and spill. */
+struct BlockLimits {
+  int by_items[4];   /* items 1, 2, 4, 8 */
+  int min_ctas[4];
+  int max_group;     /* GROUPS and STRIDE: the most threads sharing a row (0: the block limit) */
+  static __host__ __device__ constexpr int slot(int items)
+  {
+    return items <= 1 ? 0 : items == 2 ? 1 : items == 4 ? 2 : 3;
+  }
+  __host__ __device__ constexpr int operator()(int items) const { return by_items[slot(items)]; }
+  __host__ __device__ constexpr int ctas(int items) const
+  {
+    return min_ctas[slot(items)] > 1 ? min_ctas[slot(items)] : 1;
+  }
+};
+
+/* A row layout: `group` threads share a row, each keeping `items` packs of `vec` elements; a
+ * CTA of `block` threads holds block / group rows at a time. items = 0: the row does not fit
+ * registers (the looping kernel's layout). */
+struct RowCfg {
+  int vec;
+  int items;
+  int group;
+  int block;
+  int64_t grid;
+};
+
+__host__ inline int rows_per_cta(const RowCfg &c) { return c.block / c.group; }
+
+/* What a pass's settings ask of a layout (nlk_fwd_tune / nlk_bwd_tune): packs per thread to
+ * aim for, the preferred CTA size of GROUPS and STRIDE, the CTA size of WARP. */
+struct Want {
+  int items;
+  int block;
+  int warp_block;
+};
+
+/* Shared memory that a pipelined launch stages per thread: `per_item` bytes for each pack
+ * it holds plus `fixed`, within `budget` bytes per CTA (budget 0: nothing staged). */
+struct SmemCost {
+  int64_t per_item, fixed, budget;
+  __host__ int64_t threads(int items) const
+  {
+    return budget ? budget / (items * per_item + fixed) : INT64_MAX;
+  }
+};
+
+/* The staging cost of device.cuh's Staging: for each of `stages` rows in flight, a pack of
+ * each of `streams` inputs per item and `scalars` floats. */
+__host__ inline SmemCost staging_cost(int stages, int streams, int pack_bytes, int scalars,
+                                      int64_t budget)
+{
+  return SmemCost{(int64_t)stages * streams * pack_bytes, (int64_t)stages * scalars * 4, budget};
+}
+
+/* The dynamic shared memory a CTA may use, less 1 KB for the kernels' static arrays. */
+__host__ inline int64_t smem_budget(const nlk_norm *k) { return k->smem_optin - 1024; }
+
+__host__ inline int pow2ceil(int64_t v)
+{
+  int p = 1;
+  while (p < v)
+    p <<= 1;
+  return p;
+}
+
+/* 16-byte packs when n (the columns a CTA holds), every row stride and every base pointer
+ * allow them, single elements otherwise. */
+__host__ inline int pick_vec(const nlk_norm *k, int64_t n, int elt)
+{
+  int vec = 16 / elt;
+  const void *ptrs[] = {k->x, k->res, k->dy, k->dres, k->y, k->res_out, k->dx};
+  const int64_t strides[] = {k->sx, k->sres, k->sdy, k->sdres, k->sy, k->sres_out, k->sdx};
+  if (n % vec)
+    return 1;
+  for (int i = 0; i < 7; i++)
+    if (ptrs[i] && (((uintptr_t)ptrs[i] % 16) || strides[i] % vec))
+      return 1;
+  return vec;
+}
+
+/* The layout of a row of n columns mapped as `rows` (CTA, WARP, GROUPS or STRIDE): the fewest
+ * packs per thread, from want.items up, that fit the block limits. GROUPS and STRIDE CTAs
+ * take want.block threads (capped by the limits), fewer when their staging would not fit
+ * `smem`. items = 0 in the result: no register layout fits (for want.items = 0, CTA, GROUPS
+ * and STRIDE report that at once, so that the looping kernel runs). */
+__host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows, BlockLimits limits,
+                               Want want, SmemCost smem)
+{
+  RowCfg c;
+  int target = want.items < 1 ? 1 : want.items > MAX_ITEMS ? MAX_ITEMS : pow2ceil(want.items);
+  int64_t nvec;
+  c.vec = pick_vec(k, n, elt);
+  nvec = n / c.vec;
+  c.grid = 0;
+  if (want.items == 0 && rows != Rows::WARP)
+    target = MAX_ITEMS * 2;
+  for (int items = target; items <= MAX_ITEMS; items *= 2) {
+    int group = pow2ceil((nvec + items - 1) / items);
+    c.items = items;
+    c.group = group;
+    if (rows == Rows::WARP) {
+      if (group > 32 || limits(items) < group)
+        continue;
+      c.block = pow2ceil(want.warp_block < 32 ? 32 : want.warp_block);
+      if (c.block > limits(items))
+        c.block = limits(items);
+      return c;
+    }
+    if (rows == Rows::CTA) {
+      c.group = group < 32 ? 32 : group;
+      c.block = c.group;
+    } else if (limits.max_group && group > limits.max_group) {
+      continue;
+    } else {
+      const int64_t fit = smem.threads(items);
+      int pref = pow2ceil(want.block < 32 ? 32 : want.block);
+      c.block = pref > limits(items) ? limits(items) : pref;
+      while (c.block > group && c.block > fit)
+        c.block >>= 1;
+      if (c.block < group)
+        c.block = group < 32 ? 32 : group;
+    }
+    if (c.block > limits(items))  /* a limit of 0: no kernel with this many packs */
+      continue;
+    if (c.block > smem.threads(items))  /* more packs per thread would not fit either */
+      break;
+    return c;
+  }
+  c.items = 0;
+  c.group = c.block = LOOP_BLOCK;
+  return c;
+}
+
+/* The looping kernels' layout: LOOP_BLOCK threads over the whole row. */
+__host__ inline RowCfg loop_cfg(const nlk_norm *k, int64_t n, int elt)
+{
+  return RowCfg{pick_vec(k, n, elt), 0, LOOP_BLOCK, LOOP_BLOCK, 0};
+}
+
+/* STRIDE's layout: the most stages, from `stages` down to 2, whose staging (`streams` packs
+ * and `scalars` floats per thread and stage) fits the shared memory, and the row layout for
+ * them in c. 0 when not even two fit (c.items is then 0 too). */
+__host__ inline int fit_stages(const nlk_norm *k, int64_t n, int elt, BlockLimits limits, Want want,
+                               int stages, int streams, int scalars, RowCfg *c)
+{
+  const int pack = pick_vec(k, n, elt) * elt;
+  for (int s = stages < 2 ? 2 : stages; s >= 2; s--) {
+    *c = row_cfg(k, n, elt, Rows::STRIDE, limits, want,
+                 staging_cost(s, streams, pack, scalars, smem_budget(k)));
+    if (c->items != 0)
+      return s;
+  }
+  return 0;
+}
+
+/* Every strategy's shape limit: N up to 2^24 (columns and pack indices are int). */
+__host__ inline int max_n_supports(const nlk_norm *k, char *why, size_t cap)
+{
+  const int64_t max_n = (int64_t)1 << 24;
+  if (k->N <= max_n)
+    return NLK_OK;
+  snprintf(why, cap, "N = %lld is above the CUDA kernels' limit of %lld", (long long)k->N,
+           (long long)max_n);
+  return NLK_ERR_UNSUPPORTED;
+}
+
+/* WARP (blockrow): the row must fit a warp's registers, MAX_ITEMS packs a lane. */
+__host__ inline int64_t warp_row_max_n(const nlk_norm *k)
+{
+  return (int64_t)32 * MAX_ITEMS * pick_vec(k, k->N, k->dt == NLK_F32 ? 4 : 2);
+}
+
+__host__ inline int warp_row_supports(const nlk_norm *k, char *why, size_t cap)
+{
+  const int64_t max_n = warp_row_max_n(k);
+  if (k->N <= max_n)
+    return NLK_OK;
+  snprintf(why, cap, "N = %lld is too wide for a warp per row (at most %lld for %s rows%s)",
+           (long long)k->N, (long long)max_n, nlk_dtype_name(k->dt),
+           max_n < 32 * MAX_ITEMS * 4 ? " without 16-byte alignment" : "");
+  return NLK_ERR_UNSUPPORTED;
+}
+
+/* A plan's candidates, best first: a row mapping, and for STRIDE the CTAs of a cluster that
+ * share each row (1: none). */
+struct Candidate {
+  Rows rows;
+  int share;
+};
+
+struct Candidates {
+  Candidate list[12];
+  int n = 0;
+  Candidates &add(Rows rows, int share = 1)
+  {
+    list[n++] = Candidate{rows, share};
+    return *this;
+  }
+};
+
+/* The first candidate that fit(candidate) accepts (it fills the plan); false when none does. */
+template <typename Fit> __host__ inline bool first_fit(const Candidates &cands, Fit &&fit)
+{
+  for (int i = 0; i < cands.n; i++)
+    if (fit(cands.list[i]))
+      return true;
+  return false;
+}
+
+/* Calls f(std::integral_constant<int, I>) for the runtime value i in {1, 2, 4, 8}. */
+template <typename F> __host__ inline int with_items(int i, F &&f)
+{
+  switch (i) {
+  case 1: return f(std::integral_constant<int, 1>{});
+  case 2: return f(std::integral_constant<int, 2>{});
+  case 4: return f(std::integral_constant<int, 4>{});
+  case 8: return f(std::integral_constant<int, 8>{});
+  default: return NLK_ERR_UNSUPPORTED;
+  }
+}
+
+/* Calls f(T{}) for the activation dtype. */
+template <typename F> __host__ inline int with_dtype(int dt, F &&f)
+{
+  switch (dt) {
+  case NLK_F32: return f(float{});
+  case NLK_F16: return f(__half{});
+  case NLK_BF16: return f(__nv_bfloat16{});
+  default: return NLK_ERR_UNSUPPORTED;
+  }
+}
+
+/* f(std::integral_constant<int, VEC>) for a pack width of T: 1 or 16 bytes' worth. */
+template <typename T, typename F> __host__ inline auto with_vec(int vec, F &&f)
+{
+  return vec == 1 ? f(std::integral_constant<int, 1>{})
+                  : f(std::integral_constant<int, 16 / (int)sizeof(T)>{});
+}
+
+__host__ inline int cuda_result(nlk_norm *k, cudaError_t e)
+{
+  if (e == cudaSuccess)
+    return NLK_OK;
+  k->cuda_error = (int)e;
+  return NLK_ERR_CUDA;
+}
+
+/* Launches a norm kernel (whose first statement is pdl_begin(), device.cuh) on k's stream:
+ * grid x grid_y CTAs, in clusters of `cluster` along x, with programmatic dependent launch
+ * when k->pdl. */
+int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block, size_t smem, void **args,
+                unsigned grid_y = 1, int cluster = 1);
+
+/* Lets a kernel take more than the default 48 KB of dynamic shared memory on k's device (once
+ * per device, kernel and size; the attribute only grows). */
+cudaError_t allow_smem(const nlk_norm *k, const void *kernel, size_t bytes);
+
+/* Resident CTAs per SM of a kernel at a block size and dynamic shared memory (at least 1). */
+int occupancy(const nlk_norm *k, const void *kernel, int block, size_t smem);
+
+/* How many clusters of `cluster` CTAs of a kernel k's GPU holds at once (0 before sm_90,
+ * which has no clusters). */
+int max_clusters(const nlk_norm *k, const void *kernel, int cluster, int block, size_t smem);
+
+} // namespace nlk
+
+#endif

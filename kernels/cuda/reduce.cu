@@ -1,0 +1,123 @@
+/*
+ * reduce.cu: the backward's weight-gradient reductions: dW (and, with LayerNorm, dB) as the
+ * column sums of the fp32 partial rows the strategies leave in their workspace, and the
+ * conversion of an atomic reduction's fp32 accumulator into dW's dtype. Deterministic: a
+ * fixed summation order whatever the launch.
+ */
+#include "device.cuh"
+#include "plan.cuh"
+#include "reduce.cuh"
+
+namespace nlk {
+
+namespace {
+
+/* Drops a 128-byte line from L2 without writing it back (sm_80 on; elsewhere a no-op). */
+__device__ __forceinline__ void discard_line(const float *p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("discard.global.L2 [%0], 128;" ::"l"(p) : "memory");
+#endif
+}
+
+/* dW[col] = sum over rows p of P[p][col], in row order within each of 16 row lanes, then
+ * lane order: deterministic, and the same bits for either V. A thread sums V adjacent
+ * columns (16-byte loads when V = 4) and has up to 8 of its rows in flight; the partials were
+ * just written and mostly come from L2, so the latency of few loads in flight, not DRAM,
+ * bounded the scalar version. With `discard` (rows of whole 128-byte lines) each warp then
+ * drops the lines it has read: the partials are scratch, and left dirty in L2 they would be
+ * written back to DRAM during the next kernel. */
+template <typename TW, int V>
+__global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, int N, bool discard,
+                                                 TW *dw)
+{
+  using F = std::conditional_t<V == 4, float4, float>;
+  __shared__ __align__(16) float red[16][32 * V];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int col = (blockIdx.x * 32 + tx) * V;
+  float acc[V] = {};
+  auto add = [&](const F &f) {
+    const float *e = reinterpret_cast<const float *>(&f);
+#pragma unroll
+    for (int j = 0; j < V; j++)
+      acc[j] += e[j];
+  };
+  /* lanes past N load nothing but keep the warp together for __syncwarp; the lanes whose V
+   * columns start a line drop it once the whole warp has read it */
+  const bool in = col < N, drop = discard && in && tx % (32 / V) == 0;
+  int64_t p = ty;
+  for (; p + 7 * 16 < rows; p += 8 * 16) {
+    F f[8];
+    if (in) {
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        f[k] = __ldcs(reinterpret_cast<const F *>(P + (p + 16 * k) * N + col));
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        add(f[k]);
+    }
+    __syncwarp();
+    if (drop)
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        discard_line(P + (p + 16 * k) * N + col);
+  }
+  for (; p < rows; p += 16) {
+    if (in)
+      add(__ldcs(reinterpret_cast<const F *>(P + p * N + col)));
+    __syncwarp();
+    if (drop)
+      discard_line(P + p * N + col);
+  }
+#pragma unroll
+  for (int j = 0; j < V; j++)
+    red[ty][tx * V + j] = acc[j];
+  __syncthreads();
+  const int t = threadIdx.x, c = blockIdx.x * 32 * V + t;
+  if (t < 32 * V && c < N) {
+    float s = 0.f;
+    for (int y = 0; y < 16; y++)
+      s += red[y][t];
+    dw[c] = from_f<TW>(s);
+  }
+}
+
+/* The atomic reduction's fp32 accumulator into dW's dtype (fp32 dW is accumulated in place). */
+template <typename TW>
+__global__ void dw_convert(const float *acc, int N, TW *dw)
+{
+  for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < N; col += gridDim.x * blockDim.x)
+    dw[col] = from_f<TW>(acc[col]);
+}
+
+} // namespace
+
+/* Four columns per thread where N allows and the grid of N / 128 CTAs still covers half the
+ * SMs (on fewer, the per-SM share of the partials takes longer than the latency it hides).
+ * drop: the buffer's lines may be discarded once read, where rows are whole lines. */
+int reduce_partials(nlk_norm *k, const float *P, int64_t rows, bool drop)
+{
+  return with_dtype(k->wdt, [&](auto t) {
+    using TW = decltype(t);
+    const int N = (int)k->N;
+    const bool wide = N % 4 == 0 && (int64_t)N / 128 >= k->sm_count / 2, lines = drop && N % 32 == 0;
+    cudaStream_t s = (cudaStream_t)k->stream;
+    if (wide)
+      dw_reduce<TW, 4><<<(unsigned)((N + 127) / 128), 512, 0, s>>>(P, rows, N, lines, (TW *)k->dw);
+    else
+      dw_reduce<TW, 1><<<(unsigned)((N + 31) / 32), 512, 0, s>>>(P, rows, N, lines, (TW *)k->dw);
+    return cuda_result(k, cudaGetLastError());
+  });
+}
+
+int convert_accum(nlk_norm *k, const float *acc)
+{
+  return with_dtype(k->wdt, [&](auto t) {
+    using TW = decltype(t);
+    dw_convert<TW><<<(unsigned)((k->N + 255) / 256), 256, 0, (cudaStream_t)k->stream>>>(acc, (int)k->N,
+                                                                                        (TW *)k->dw);
+    return cuda_result(k, cudaGetLastError());
+  });
+}
+
+} // namespace nlk
