@@ -331,6 +331,7 @@ static void push_info(lua_State *L, const nl_run_info *r)
   setint(L, "bytes", r->bytes);
   setint(L, "extra_bytes", r->extra_bytes);
   setint(L, "workspace_bytes", r->workspace_bytes);
+  setstr(L, "kernel", r->kernel);
 }
 
 static void push_desc(lua_State *L, const nl_buf_desc *d)

@@ -199,7 +199,7 @@ local function info_table(r)
     variant = ffi.string(r.variant), backend = r.backend, reduce = r.reduce,
     deterministic = r.deterministic, grid = r.grid, block = r.block, cluster = r.cluster,
     bytes = tonumber(r.bytes), extra_bytes = tonumber(r.extra_bytes),
-    workspace_bytes = tonumber(r.workspace_bytes),
+    workspace_bytes = tonumber(r.workspace_bytes), kernel = ffi.string(r.kernel),
   }
 end
 

@@ -107,7 +107,7 @@ function M.info_table(i)
   return {variant = i.variant, backend = enums.backend.name[i.backend],
     reduce = enums.reduce.name[i.reduce], deterministic = i.deterministic ~= 0, grid = i.grid,
     block = i.block, cluster = i.cluster, bytes = i.bytes, extra_bytes = i.extra_bytes,
-    workspace_bytes = i.workspace_bytes}
+    workspace_bytes = i.workspace_bytes, kernel = i.kernel}
 end
 
 function M.run(name, args)
