@@ -44,7 +44,8 @@ extern "C" int nlk_cuda_fill(void *p, int64_t rows, int64_t cols, int64_t stride
   }
 }
 
-/* Demangled, without the namespaces every kernel shares. */
+/* Demangled, without the return type, the parameter list (every kernel of a family takes
+ * the same argument struct) and the namespaces every kernel shares. */
 extern "C" void nlk_cuda_kernel_name(const void *kernel, char *buf, size_t cap)
 {
   const char *mangled = NULL;
@@ -59,8 +60,11 @@ extern "C" void nlk_cuda_kernel_name(const void *kernel, char *buf, size_t cap)
   }
   plain = abi::__cxa_demangle(mangled, NULL, NULL, &status);
   const char *src = status == 0 && plain ? plain : mangled;
+  const char *end = status == 0 && plain ? strrchr(src, '(') : NULL;
   size_t n = 0;
-  for (const char *s = src; *s && n + 1 < cap;) {
+  if (end && strncmp(src, "void ", 5) == 0)
+    src += 5;
+  for (const char *s = src; *s && s != end && n + 1 < cap;) {
     static const char *const drop[] = {"(anonymous namespace)::", "nlk::"};
     int skipped = 0;
     for (const char *d : drop)
