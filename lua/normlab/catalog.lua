@@ -1,6 +1,6 @@
--- normlab.catalog: the variant registry and the settings as markdown, for the README (whose
--- catalog spec/readme_spec.lua checks against the registry) and for `nl.catalog()` at the
--- REPL. Generated from the registry, never written by hand.
+-- normlab.catalog: the variant registry and the settings as markdown, for `nl.catalog()`
+-- (`normlab -l nl=normlab -e 'io.write(nl.catalog())'` prints it). Generated from the
+-- registry, never written into a document by hand.
 local ops = require("normlab.ops")
 local settings = require("normlab.settings")
 
@@ -11,7 +11,7 @@ local function cell(s)
 end
 
 -- One line per variant: | name | backend | reductions | strategy | limits |
-function catalog.variant_line(v)
+local function variant_line(v)
   local red = {}
   for _, r in ipairs(v.reduces) do
     if r == v.default_reduce then
@@ -25,7 +25,7 @@ function catalog.variant_line(v)
     cell(v.limits))
 end
 
-function catalog.setting_line(s)
+local function setting_line(s)
   return string.format("| `%s` | %.10g | %s |", s.key, s.builtin, cell(s.doc))
 end
 
@@ -35,13 +35,13 @@ function catalog.markdown()
   local out = {"| variant | backend | dW reduction (default first) | strategy | limits |",
     "|---|---|---|---|---|"}
   for _, v in ipairs(ops.variants()) do
-    out[#out + 1] = catalog.variant_line(v)
+    out[#out + 1] = variant_line(v)
   end
   out[#out + 1] = ""
   out[#out + 1] = "| setting | default | meaning |"
   out[#out + 1] = "|---|---|---|"
   for _, s in ipairs(settings.list()) do
-    out[#out + 1] = catalog.setting_line(s)
+    out[#out + 1] = setting_line(s)
   end
   out[#out + 1] = ""
   out[#out + 1] = "| GPU model | setting | its default there |"

@@ -1,0 +1,70 @@
+-- The documentation names only what exists. The catalog of variants and settings is
+-- generated from the registry (`normlab --list`, `nl.catalog()`), never copied into a
+-- document, so that a new variant or setting needs no edit there; what the README and the
+-- guides in docs/ do name, in backticks, must be registered: every `<op>.<pass>.<strategy>`
+-- a variant, every `<section>.<key>` a setting, every `<op>.<pass>` an op and pass.
+-- docs/kernels.md, the record of what was measured, may name what was tried and removed.
+local nl = require("normlab")
+
+local PREFIXES = {cpu = true, bench = true, cuda = true, rmsnorm = true, layernorm = true,
+  add_rmsnorm = true}
+
+local function read(path)
+  local f = assert(io.open(path, "r"))
+  local text = f:read("*a")
+  f:close()
+  return text
+end
+
+local function documents()
+  local list = {"README.md"}
+  local p = io.popen("ls docs/*.md 2>/dev/null")
+  for path in p:lines() do
+    if path ~= "docs/kernels.md" then
+      list[#list + 1] = path
+    end
+  end
+  p:close()
+  return list
+end
+
+local function known()
+  local names = {}
+  for _, v in ipairs(nl.variants()) do
+    names[v.name] = true
+    names[v.op .. "." .. v.pass] = true
+  end
+  for _, s in ipairs(nl.settings()) do
+    names[s.key] = true
+  end
+  return names
+end
+
+-- The dotted names in a text's code spans that look like a variant, op.pass or setting.
+local function names_in(text)
+  local found = {}
+  for span in text:gmatch("`([^`\n]+)`") do
+    local first = span:match("^([%a_]+)%.[%a_][%w_.]*$")
+    if first and PREFIXES[first] then
+      found[#found + 1] = span
+    end
+  end
+  return found
+end
+
+describe("documentation", function()
+  it("names only registered variants and settings", function()
+    local names = known()
+    for _, path in ipairs(documents()) do
+      for _, name in ipairs(names_in(read(path))) do
+        assert.is_true(names[name] == true, path .. " names `" .. name .. "`, which is not registered")
+      end
+    end
+  end)
+
+  it("finds the names it checks (the check is not vacuous)", function()
+    local found = names_in("see `rmsnorm.bwd.persistent`, `cuda.pdl` and `core/cuda.c`")
+    assert.are.same({"rmsnorm.bwd.persistent", "cuda.pdl"}, found)
+    assert.is_true(#names_in(read("README.md")) > 0)
+  end)
+end)
