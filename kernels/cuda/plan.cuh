@@ -235,11 +235,13 @@ struct Candidate {
 };
 
 struct Candidates {
-  Candidate list[12];
+  enum { MAX = 12 }; /* the longest list, the backward's: 3 cluster sizes and 3 more */
+  Candidate list[MAX];
   int n = 0;
   Candidates &add(Rows rows, int share = 1)
   {
-    list[n++] = Candidate{rows, share};
+    if (n < MAX)
+      list[n++] = Candidate{rows, share};
     return *this;
   }
 };
