@@ -1,7 +1,7 @@
 -- The documentation names only what exists. The catalog of variants and settings is
 -- generated from the registry (`normlab --list`, `nl.catalog()`), never copied into a
 -- document, so that a new variant or setting needs no edit there; what the README and the
--- guides in docs/ do name, in backticks, must be registered: every `<op>.<pass>.<strategy>`
+-- guides in docs/ do name must be registered: every `<op>.<pass>.<strategy>`
 -- a variant, every `<section>.<key>` a setting, every `<op>.<pass>` an op and pass.
 -- docs/kernels.md, the record of what was measured, may name what was tried and removed.
 local nl = require("normlab")
@@ -43,13 +43,15 @@ local function known()
   return names
 end
 
--- The dotted names in a text's code spans that look like a variant, op.pass or setting.
+-- The dotted names in a text that look like a variant, op.pass or setting (a sentence's
+-- final dot is not part of a name).
 local function names_in(text)
   local found = {}
-  for span in text:gmatch("`([^`\n]+)`") do
-    local first = span:match("^([%a_]+)%.[%a_][%w_.]*$")
-    if first and PREFIXES[first] and not EXTENSIONS[span:match("[^.]+$")] then
-      found[#found + 1] = span
+  for name in text:gmatch("%f[%w_.]([%a_]+%.[%a_][%w_.]*)") do
+    name = name:gsub("%.+$", "")
+    local first = name:match("^[%a_]+")
+    if PREFIXES[first] and not EXTENSIONS[name:match("[^.]+$")] then
+      found[#found + 1] = name
     end
   end
   return found
