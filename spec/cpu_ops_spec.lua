@@ -1,5 +1,6 @@
--- Every CPU strategy (row, persistent, auto) of every op (rmsnorm, layernorm, add_rmsnorm),
--- forward and backward, against the fp64 reference run on the same inputs:
+-- Every registered CPU strategy (row, persistent, auto today: the registry's list) of every op
+-- spec/drivers.lua lists for the CPU, forward and backward, against the fp64 reference run on
+-- the same inputs:
 --   the grid M x N x dtype (sizes with tails) with the default options;
 --   each option on its own (weight fp32 / x's dtype / none, bias likewise, cast llama /
 --     gemma / none, offset, dx in place over dy, residual_out in place over residual, dres
@@ -16,13 +17,13 @@
 -- dw and db growing with sqrt(M); residual_out (one rounding of an exact sum) must be exact.
 local nl = require("normlab")
 local helper = require("spec.helper")
+local drivers = require("spec.drivers")
 
 local cpu = nl.device("cpu")
 local NAN = 0 / 0
 
-local STRATEGIES = {"row", "persistent", "auto"}
 local DTYPES = {"fp32", "fp16", "bf16"}
-local OPS = {"rmsnorm", "layernorm", "add_rmsnorm"}
+local OPS = drivers.cpu.ops
 
 local keep, release = helper.keeper(after_each)
 
@@ -179,7 +180,8 @@ local function check(c, variant, got, want, output)
     tostring(cmp)))
 end
 
--- Runs the case for every strategy in `strategies` against ref.
+-- Runs the case for the given strategies against ref, every registered one (ref aside) when
+-- none are given.
 local function run_case(c, strategies)
   c.cast = c.cast or "llama"
   c.offset = c.offset or 0
@@ -191,7 +193,7 @@ local function run_case(c, strategies)
   local S = {rstd = ref_f.rstd, mean = ref_f.mean,
     h = ref_f.residual_out and copy(c, ref_f.residual_out)}
   local ref_b = backward(c, "ref", I, S, {})
-  for _, v in ipairs(strategies) do
+  for _, v in ipairs(strategies or drivers.strategies("cpu", c.op, "fwd")) do
     local O = {y = poisoned(c, {}), rstd = poisoned(c, c.M, "fp32"), inplace = c.inplace}
     if c.op == "layernorm" then
       O.mean = poisoned(c, c.M, "fp32")
@@ -202,7 +204,9 @@ local function run_case(c, strategies)
     for name, want in pairs(ref_f) do
       check(c, v .. " fwd", f[name], want, name)
     end
-    O = {dx = poisoned(c, {}), inplace = c.inplace}
+  end
+  for _, v in ipairs(strategies or drivers.strategies("cpu", c.op, "bwd")) do
+    local O = {dx = poisoned(c, {}), inplace = c.inplace}
     if I.w then
       O.dw = poisoned(c, c.N, I.w.dtype)
     end
@@ -227,7 +231,7 @@ describe("CPU strategies against ref", function()
       for _, M in ipairs(MS) do
         for _, N in ipairs(NS) do
           for _, dt in ipairs(DTYPES) do
-            run_case({op = op, M = M, N = N, dt = dt, dres = true}, STRATEGIES)
+            run_case({op = op, M = M, N = N, dt = dt, dres = true})
           end
         end
       end
@@ -293,7 +297,7 @@ describe("CPU strategies against ref", function()
           for _, dt in ipairs(DTYPES) do
             sweep[2](op, function(o)
               o.op, o.M, o.N, o.dt = op, shape[1], shape[2], dt
-              run_case(o, STRATEGIES)
+              run_case(o)
             end)
           end
         end

@@ -1,5 +1,6 @@
 -- A representative subset of the CUDA kernels for compute-sanitizer (memcheck, racecheck):
--- every rmsnorm/add_rmsnorm strategy, forward and backward, on shapes that reach each code
+-- every registered CUDA strategy of rmsnorm and add_rmsnorm (auto aside: it runs one of the
+-- others), forward and backward, on shapes that reach each code
 -- path (vector and scalar packs, one and several rows per CTA, the looping kernels, the
 -- backward's split path with several rows per chunk (64 x 40000 bf16), the fused grid
 -- reduction, clusters summing dW in distributed shared memory or sharing rows, the cp.async
@@ -7,6 +8,17 @@
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
 local nl = require("normlab")
 local dev = nl.device("cuda")
+
+-- The registered CUDA strategies of an op and pass, auto aside.
+local function strategies(op, pass)
+  local list = {}
+  for _, v in ipairs(nl.variants{op = op, pass = pass, backend = "cuda"}) do
+    if v.strategy ~= "auto" then
+      list[#list + 1] = v.strategy
+    end
+  end
+  return list
+end
 -- Every shape, then two of them again with programmatic dependent launch (cuda.pdl).
 local passes = {{pdl = 0, shapes = {{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 40000}}},
   {pdl = 1, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}}}
@@ -23,7 +35,7 @@ for _, pass in ipairs(passes) do
       local res = dev:randn({M, N}, dtype, {seed = 2})
       local dy = dev:randn({M, N}, dtype, {seed = 3})
       local w = dev:randn({N}, case[2], {seed = 4, mean = 1, std = 0.1})
-      for _, v in ipairs({"row", "blockrow", "persistent", "staged"}) do
+      for _, v in ipairs(strategies("rmsnorm", "fwd")) do
         if nl.supports("rmsnorm.fwd." .. v, {x = x, w = w, y = dy, eps = 1e-6}) then
           local y, r = nl.rmsnorm(x, w, {variant = v})
           y:free(); r:free()
@@ -40,7 +52,7 @@ for _, pass in ipairs(passes) do
         end
       end
       local _, rstd = nl.rmsnorm(x, w, {variant = "row"})
-      for _, v in ipairs({"row", "blockrow", "partials", "persistent"}) do
+      for _, v in ipairs(strategies("rmsnorm", "bwd")) do
         for _, reduce in ipairs({"default", "atomic"}) do
           local args = {dy = dy, x = x, w = w, rstd = rstd, dx = res, dw = w:to(dev), reduce = reduce}
           if nl.supports("rmsnorm.bwd." .. v, args) then

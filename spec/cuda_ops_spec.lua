@@ -1,4 +1,7 @@
--- The CUDA RMSNorm and add_rmsnorm kernels against the fp64 reference on the CPU.
+-- Every CUDA variant of the ops spec/drivers.lua lists for CUDA (rmsnorm and add_rmsnorm)
+-- against the fp64 reference on the CPU. The variants come from the registry, so a new
+-- strategy is tested without editing this file; a new op needs its driver here (the problem
+-- and reference below, and check_fwd / check_bwd), which spec/coverage_spec.lua asks for.
 --
 -- Every output buffer is filled with NaN before each launch, so an element a kernel forgets
 -- to write fails the comparison. The reference runs on CPU copies of the same inputs, and
@@ -6,14 +9,17 @@
 -- come from nl.tolerance; dW's grows with sqrt(M). Runs only where a GPU is present (#cuda).
 local nl = require("normlab")
 local helper = require("spec.helper")
+local drivers = require("spec.drivers")
 
 local cuda = helper.cuda
 local cpu = nl.device("cpu")
 local it_cuda = cuda and it or pending
 local NaN = 0 / 0
 
-local FWD = {"row", "blockrow", "persistent", "staged", "auto"}
-local BWD = {"row", "blockrow", "partials", "persistent", "auto"}
+local OPS = drivers.cuda.ops
+local function variants(op, pass)
+  return drivers.strategies("cuda", op, pass)
+end
 local MS = {1, 7, 37, 199, 4099}
 local NS = {1, 7, 64, 111, 512, 1023, 1025, 4096, 8191, 16384, 65536}
 -- The shape grid is every (M, N) above up to this many elements: enough to reach every
@@ -175,15 +181,19 @@ local function check_bwd(p, variant, o)
   return true
 end
 
--- Every forward and backward variant on p; returns how many of them refused its shape.
+local function op_of(p)
+  return p.add and "add_rmsnorm" or "rmsnorm"
+end
+
+-- Every forward and backward variant of p's op; returns how many of them refused its shape.
 local function check_all(p)
   local skipped = 0
-  for _, v in ipairs(FWD) do
+  for _, v in ipairs(variants(op_of(p), "fwd")) do
     if not check_fwd(p, v) then
       skipped = skipped + 1
     end
   end
-  for _, v in ipairs(BWD) do
+  for _, v in ipairs(variants(op_of(p), "bwd")) do
     if not check_bwd(p, v) then
       skipped = skipped + 1
     end
@@ -222,20 +232,24 @@ local function shapes()
   return list
 end
 
-describe("CUDA rmsnorm #cuda", function()
-  for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
-    it_cuda("every variant, forward and backward, on the shape grid in " .. dtype, function()
-      local skipped = 0
-      for _, s in ipairs(shapes()) do
-        local p = problem(s[1], s[2], dtype)
-        reference(p)
-        skipped = skipped + check_all(p)
-        release(p)
-      end
-      -- blockrow refuses the wide rows only: N > 2048 (bf16/fp16) or 1024 (fp32) with
-      -- 16-byte packs, and odd N > 256; staged refuses fp32 rows of 65536 (256 KB).
-      assert.is_true(skipped > 0)
-    end)
+describe("CUDA ops #cuda", function()
+  for _, op in ipairs(OPS) do
+    for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
+      it_cuda(op .. ": every variant, forward and backward, on the shape grid in " .. dtype,
+        function()
+          local skipped = 0
+          for _, s in ipairs(shapes()) do
+            local p = problem(s[1], s[2], dtype, {add = op == "add_rmsnorm"})
+            reference(p)
+            skipped = skipped + check_all(p)
+            release(p)
+          end
+          -- blockrow refuses the wide rows only: N > 2048 (bf16/fp16) or 1024 (fp32) with
+          -- 16-byte packs, and odd N > 256; staged refuses rows of 65536 fp32 (256 KB, and
+          -- 128 KB of bf16 with add_rmsnorm's residual).
+          assert.is_true(skipped > 0)
+        end)
+    end
   end
 
   it_cuda("weights, casting modes and offset on every variant", function()
@@ -265,13 +279,17 @@ describe("CUDA rmsnorm #cuda", function()
   it_cuda("add_rmsnorm in place: residual_out over residual", function()
     local p = problem(199, 4096, "bf16", {add = true})
     reference(p)
-    for _, v in ipairs({"row", "persistent", "staged", "auto"}) do
+    for _, v in ipairs(variants("add_rmsnorm", "fwd")) do
       local res, y = p.gres:to(cuda), poisoned({p.M, p.N}, p.dtype)
-      local y2, h, rstd = nl.add_rmsnorm(p.gx, res, p.gw, {variant = v, inplace = true, out = y})
-      assert.are.equal(res, h)
-      assert.allclose(h, p.rh, {output = "residual_out", seed = v})
-      assert.allclose(y2, p.ry, {output = "y", seed = v})
-      free(res, y, rstd)
+      if nl.supports("add_rmsnorm.fwd." .. v, {x = p.gx, residual = res, w = p.gw, y = y,
+        residual_out = res, eps = 1e-6}) then
+        local y2, h, rstd = nl.add_rmsnorm(p.gx, res, p.gw, {variant = v, inplace = true, out = y})
+        assert.are.equal(res, h)
+        assert.allclose(h, p.rh, {output = "residual_out", seed = v})
+        assert.allclose(y2, p.ry, {output = "y", seed = v})
+        free(rstd)
+      end
+      free(res, y)
     end
     release(p)
   end)
@@ -281,7 +299,7 @@ describe("CUDA rmsnorm #cuda", function()
       for _, s in ipairs({{199, 1024}, {4099, 4096}, {37, 65536}}) do
         local p = problem(s[1], s[2], "bf16")
         reference(p)
-        for _, v in ipairs(BWD) do
+        for _, v in ipairs(variants("rmsnorm", "bwd")) do
           check_bwd(p, v, {inplace = true})
           check_bwd(p, v, {reduce = "atomic"})
         end
@@ -485,7 +503,8 @@ describe("CUDA rmsnorm #cuda", function()
     local x = cuda:randn({4, 256}, "bf16", {seed = 5})
     x:set(2, 3, 1 / 0)
     x:set(3, 7, NaN)
-    for _, v in ipairs(FWD) do
+    for _, v in ipairs(variants("rmsnorm", "fwd")) do
+      -- every strategy takes rows of 256 (a warp holds them; they fit shared memory)
       local y, rstd = nl.rmsnorm(x, nil, {variant = v})
       local vals = rstd:totable()
       assert.is_true(vals[1] == vals[1] and vals[4] == vals[4])
