@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, CUDA specs, sanitizers, benchmarks; logs under $OUT.
-#   tools/gpu.sh [steps...]     steps: build spec spec-ffi sanitize bench tune anchors anchors-key
+#   tools/gpu.sh [steps...]     steps: build spec spec-ffi sanitize bench tune peers
 #                               (default: build spec bench)
-# Run from the repository root after `. .gpu/env.sh` (see ../shared/gpu/README.md). Each step
-# writes $OUT/<step>.log; the benchmark tables also go to $OUT/*.md and *.json.
+# Run from the repository root on a machine with the CUDA toolkit, CMake, Ninja, and Lua 5.4,
+# LuaJIT and busted on PATH (for `peers`: PyTorch, and Liger / QuACK where installed). Each
+# step writes $OUT/<step>.log; the benchmark tables also go to $OUT/*.md and *.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/normlab-out}
 mkdir -p "$OUT"
@@ -78,13 +79,14 @@ for step in $steps; do
         --set rmsnorm.fwd.loop_ctas_per_sm=0,1,2,3,4 --markdown "$OUT/tune_loop_fwd.md"
       run tune_loop_bwd "${loop[@]}" --op rmsnorm.bwd --variants persistent --N 16384,32768 \
         --set rmsnorm.bwd.loop_ctas_per_sm=0,1,2,3 --markdown "$OUT/tune_loop_bwd.md" ;;
-    anchors)
-      run anchors python3 .gpu/anchors.py ;;
-    anchors-key)
-      # the anchors on the shapes of the performance targets only (about a minute each): as
-      # anchors.py times them (outputs reused in L2), then with their outputs rotating too
-      run anchors_key python3 tools/anchors_key.py
-      OUTPUTS=rotate run anchors_key_rotate python3 tools/anchors_key.py ;;
+    peers)
+      # torch, torch.compile, Liger and QuACK on the shapes of the performance targets, timed as
+      # normlab times (outputs rotating), with normlab's copy roofline for the % column
+      roof=$("$BUILD/normlab" -e 'print(require("normlab").device("cuda"):roofline())' 2>/dev/null)
+      run peers python3 tools/peers.py --ops rmsnorm,add_rmsnorm,layernorm --M 4096 --N 1024..16384 \
+        ${roof:+--roofline "$roof"} --json "$OUT/peers.json" --markdown "$OUT/peers.md"
+      run peers_large python3 tools/peers.py --ops rmsnorm,add_rmsnorm,layernorm --M 32768 --N 4096,8192 \
+        ${roof:+--roofline "$roof"} --json "$OUT/peers_large.json" --markdown "$OUT/peers_large.md" ;;
     *) echo "unknown step $step"; status=1 ;;
   esac
 done
