@@ -41,7 +41,7 @@ for step in $steps; do
       run bwd "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --markdown "$OUT/bwd.md" --json "$OUT/bwd.json"
       run bwd_large "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --M 32768 --N 4096,8192 --dtypes bf16 --markdown "$OUT/bwd_large.md"
       run fwd "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --markdown "$OUT/fwd.md" --json "$OUT/fwd.json"
-      # outputs written to the same buffers by every set, as anchors.py times (anchors-key)
+      # outputs written to the same buffers by every set (compare with peers.py --outputs shared)
       run fwd_shared "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --outputs shared \
         --M 4096 --variants auto --markdown "$OUT/fwd_shared.md" ;;
     tune)
