@@ -2,7 +2,7 @@
 # One call on the GPU machine: build, CUDA specs, sanitizers, benchmarks; logs under $OUT.
 #   tools/gpu.sh [steps...]     steps: build spec spec-ffi sanitize bench tune anchors anchors-key
 #                               (default: build spec bench)
-# Run from the repository root after `. .gpu/env.sh` (see ../shared/gpu/README.md). Each step
+# Run from the repository root after `. .gpu/env.sh` (the GPU machine's set-up). Each step
 # writes $OUT/<step>.log; the benchmark tables also go to $OUT/*.md and *.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/normlab-out}
@@ -40,7 +40,7 @@ for step in $steps; do
       run bwd "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --markdown "$OUT/bwd.md" --json "$OUT/bwd.json"
       run bwd_large "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --M 32768 --N 4096,8192 --dtypes bf16 --markdown "$OUT/bwd_large.md"
       run fwd "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --markdown "$OUT/fwd.md" --json "$OUT/fwd.json"
-      # outputs written to the same buffers by every set, as anchors.py times (anchors-key)
+      # outputs written to the same buffers by every set, as peers.py --outputs shared times
       run fwd_shared "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --outputs shared \
         --M 4096 --variants auto --markdown "$OUT/fwd_shared.md" ;;
     tune)
@@ -79,12 +79,19 @@ for step in $steps; do
       run tune_loop_bwd "${loop[@]}" --op rmsnorm.bwd --variants persistent --N 16384,32768 \
         --set rmsnorm.bwd.loop_ctas_per_sm=0,1,2,3 --markdown "$OUT/tune_loop_bwd.md" ;;
     anchors)
-      run anchors python3 .gpu/anchors.py ;;
+      # the peers (torch, torch.compile, Liger, QuACK) on every op and pass, peers.py's shapes
+      run anchors python3 tools/peers.py --json "$OUT/anchors.json" --markdown "$OUT/anchors.md" ;;
     anchors-key)
-      # the anchors on the shapes of the performance targets only (about a minute each): as
-      # anchors.py times them (outputs reused in L2), then with their outputs rotating too
-      run anchors_key python3 tools/anchors_key.py
-      OUTPUTS=rotate run anchors_key_rotate python3 tools/anchors_key.py ;;
+      # the peers on the shapes of the RMSNorm performance targets only, bf16: outputs shared
+      # (they stay in L2), then rotating as normlab times by default
+      for outputs in shared rotate; do
+        log=anchors_key; [ "$outputs" = rotate ] && log=anchors_key_rotate
+        key=(python3 tools/peers.py --ops rmsnorm --dtypes bf16 --outputs "$outputs")
+        run "$log" "${key[@]}" --M 4096 --N 1024..16384 \
+          --json "$OUT/$log.json" --markdown "$OUT/$log.md"
+        run "${log}_large" "${key[@]}" --M 32768 --N 4096,8192 \
+          --json "$OUT/${log}_large.json" --markdown "$OUT/${log}_large.md"
+      done ;;
     *) echo "unknown step $step"; status=1 ;;
   esac
 done
