@@ -81,12 +81,14 @@ for step in $steps; do
         --set rmsnorm.bwd.loop_ctas_per_sm=0,1,2,3 --markdown "$OUT/tune_loop_bwd.md" ;;
     peers)
       # torch, torch.compile, Liger and QuACK on the shapes of the performance targets, timed as
-      # normlab times (outputs rotating), with normlab's copy roofline for the % column
+      # normlab times (outputs rotating), GB/s by normlab's bytes and % of normlab's copy roofline,
+      # so that ratios against the bench tables of this call are ratios of times
       roof=$("$BUILD/normlab" -e 'print(require("normlab").device("cuda"):roofline())' 2>/dev/null)
-      run peers python3 tools/peers.py --ops rmsnorm,add_rmsnorm,layernorm --M 4096 --N 1024..16384 \
-        ${roof:+--roofline "$roof"} --json "$OUT/peers.json" --markdown "$OUT/peers.md"
-      run peers_large python3 tools/peers.py --ops rmsnorm,add_rmsnorm,layernorm --M 32768 --N 4096,8192 \
-        ${roof:+--roofline "$roof"} --json "$OUT/peers_large.json" --markdown "$OUT/peers_large.md" ;;
+      peers=(python3 tools/peers.py --ops rmsnorm,add_rmsnorm,layernorm --bytes normlab ${roof:+--roofline "$roof"})
+      STEP_TIMEOUT=${PEERS_TIMEOUT:-1200} run peers "${peers[@]}" --M 4096 --N 1024..16384 \
+        --json "$OUT/peers.json" --markdown "$OUT/peers.md"
+      STEP_TIMEOUT=${PEERS_TIMEOUT:-1200} run peers_large "${peers[@]}" --M 32768 --N 4096,8192 \
+        --json "$OUT/peers_large.json" --markdown "$OUT/peers_large.md" ;;
     *) echo "unknown step $step"; status=1 ;;
   esac
 done
