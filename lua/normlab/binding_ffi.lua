@@ -1,9 +1,9 @@
--- normlab.ffi: the LuaJIT FFI binding. It has the interface of the Lua 5.4 C module
--- normlab.core (documented at the top of lua/lnormlab.c) so that init.lua does not care which
--- one it got: same functions, same tables, same error messages.
+-- normlab.binding_ffi: the LuaJIT FFI binding. It has the interface of the Lua 5.4 C module
+-- normlab.binding_c (documented at the top of lua/binding_c.c) so that init.lua does not care
+-- which one it got: same functions, same tables, same error messages.
 --
 -- The declarations are the generated <build>/lua/normlab/cdef.lua (normlab.h without its #
--- lines), never a hand copy; libnormlab_core.so is loaded from the same directory.
+-- lines), never a hand copy; libnormlab.so is loaded from the same directory.
 -- NORMLAB_LIBDIR overrides that directory.
 local ffi = require("ffi")
 local util = require("normlab.util")
@@ -11,8 +11,8 @@ local util = require("normlab.util")
 -- ffi.cdef and ffi.metatype can run only once per state, and busted reloads modules for every
 -- spec file: the first load keeps the module in the registry and later loads return it.
 local registry = debug.getregistry()
-if registry["normlab.ffi"] then
-  return registry["normlab.ffi"]
+if registry["normlab.binding_ffi"] then
+  return registry["normlab.binding_ffi"]
 end
 
 local function locate()
@@ -38,7 +38,7 @@ ffi.cdef(cdef)
 -- The buffer object: a struct, so that free() can NULL the pointer that every copy of the
 -- cdata reference sees.
 ffi.cdef("typedef struct nl_lua_buf { nl_buf *buf; } nl_lua_buf;")
-local C = ffi.load(libdir .. "/libnormlab_core.so")
+local C = ffi.load(libdir .. "/libnormlab.so")
 
 local M = {binding = "ffi", Buffer = {}, fields = {}, constants = {}}
 local Buffer, fields = M.Buffer, M.fields
@@ -549,5 +549,5 @@ function M.bench(name, args, opts)
   }
 end
 
-registry["normlab.ffi"] = M
+registry["normlab.binding_ffi"] = M
 return M

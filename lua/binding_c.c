@@ -1,9 +1,9 @@
 /*
- * lnormlab.c: the Lua 5.4 module normlab.core, a thin translation layer over normlab.h.
+ * binding_c.c: the Lua 5.4 module normlab.binding_c, a thin translation layer over normlab.h.
  *
- * lua/normlab/ffi.lua offers the same interface under LuaJIT; the Lua library (init.lua and
- * the modules it loads) builds the public API on top of either and never looks at which one
- * it got. Enums cross this layer as numbers (the `constants` table maps every enumerator of
+ * lua/normlab/binding_ffi.lua offers the same interface under LuaJIT; the Lua library (init.lua
+ * and the modules it loads) builds the public API on top of either and never looks at which
+ * one it got. Enums cross this layer as numbers (the `constants` table maps every enumerator of
  * normlab.h to its value); names for users are the Lua library's business.
  *
  * One context per Lua state. It is created when the module is first loaded (on the CPU device,
@@ -18,7 +18,7 @@
  *                        nl_ctx_interrupt() on it from its SIGINT handler, so that Ctrl-C stops
  *                        a long nl_bench/nl_roofline inside C where no Lua hook can run.
  *                        (core.interrupt() does the same from Lua.)
- *   "normlab.core"       the module table.
+ *   "normlab.binding_c"  the module table.
  *   "normlab.libprefix"  string set by core.lib_prefix(): chunk names starting with it belong to
  *                        the normlab Lua library. Errors raised here report the position of the
  *                        first Lua frame outside the library, i.e. the user's line.
@@ -52,11 +52,11 @@
 #define CTX_MT "normlab.context"
 #define BUF_MT "normlab.buffer"
 #define KEY_CTX "normlab.ctx"
-#define KEY_MODULE "normlab.core"
+#define KEY_MODULE "normlab.binding_c"
 #define KEY_PREFIX "normlab.libprefix"
 #define KEY_FAILURE "normlab.failure"
 
-int luaopen_normlab_core(lua_State *L);
+int luaopen_normlab_binding_c(lua_State *L);
 
 typedef struct LCtx {
   nl_ctx *ctx;
@@ -980,7 +980,7 @@ static const luaL_Reg buffer_methods[] = {
   {NULL, NULL},
 };
 
-int luaopen_normlab_core(lua_State *L)
+int luaopen_normlab_binding_c(lua_State *L)
 {
   LCtx *c;
   nl_status st;
