@@ -24,22 +24,33 @@
  *                        first Lua frame outside the library, i.e. the user's line.
  *   "normlab.failure"    the message of the latest error raised from a core status.
  *
- * Interface (numbers for enums; a device is a backend and an index):
- *   binding = "c"; constants; Buffer, the buffers' method table, and fields, getters that
- *   their __index consults after Buffer (fields[k](buf)), both extended by the Lua library;
+ * Interface (numbers for enums; a device is a backend and an index; a struct of normlab.h is
+ * a table keyed by its field names, those of a nested nl_device spread into it):
+ *   binding = "c"; constants; structs: every struct of normlab.h as the list of its fields,
+ *   {name =, kind = [, struct =]} (generated from the header: cmake/gen_structs.cmake);
+ *   Buffer, the buffers' method table, and fields, getters that their __index consults
+ *   after Buffer (fields[k](buf)), both extended by the Lua library;
  *   version(); cuda_compiled(); lib_prefix(s); last_failure() -> status, message of the
  *   latest error raised from a core status (so that a caller holding an error can tell
  *   whether it was that one); interrupt(); set_device(b, i); next_seed(); set_seed(s);
- *   sync(b, i); device_count(b); device_info(b, i); roofline(b, i); settings([b, i]);
- *   model_defaults(); set(key, v);
- *   get(key); variants(); buffer(b, i, dtype, shape, stride); is_buffer(v);
- *   compare(a, ref, atol, rtol); supports(name, args) -> true | false, reason;
- *   resolve(name, args); run(name, args); bench(name, args, opts); encode(dtype, values) ->
- *   bit patterns; decode(dtype, patterns) -> values (types of at most 32 bits).
- *   Buffer methods: free(), freed(), desc(), fill(v), fill_randn(seed, mean, std),
- *   fill_uniform(seed, lo, hi), copy_(src), read(offset, count), write(offset, list).
+ *   sync(b, i); device_count(b); device_info(b, i) -> nl_device_info; roofline(b, i);
+ *   settings([b, i]) -> list of nl_setting_desc; model_defaults() -> list of nl_model_default;
+ *   set(key, v); get(key); variants() -> list of nl_variant_desc;
+ *   buffer(b, i, dtype, shape, stride); is_buffer(v); compare(a, ref, atol, rtol) -> nl_cmp;
+ *   supports(name, args) -> true | false, reason; resolve(name, args) -> name;
+ *   run(name, args) -> nl_run_info; bench(name, args, opts) -> nl_bench_result (args: the
+ *   fields of nl_norm_args, a buffer or false/nil each; opts: nl_bench_opts, or nil);
+ *   dtype_size(dtype); encode(dtype, values) -> bit patterns; decode(dtype, patterns) ->
+ *   values; fill(b, v); fill_randn(b, seed, mean, std); fill_uniform(b, seed, lo, hi);
+ *   copy(dst, src); read(b, offset, count) -> values; write(b, offset, values).
+ *   Buffer methods: free(), freed(), desc() -> nl_buf_desc.
  *   Buffers' metatable: __index, __gc, __close, __len (numel), __tostring (Buffer.__tostring
  *   when the Lua library set one).
+ *
+ * Arguments are the Lua library's, which checked them (lua/normlab/check.lua): types,
+ * integers, ranges, the keys of args and opts. This file checks only what the library cannot:
+ * that a buffer argument is one of this module's buffers and still alive, and that a string
+ * argument is a string (the core gets its pointer).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -66,6 +77,40 @@ typedef struct LCtx {
 typedef struct LBuf {
   nl_buf *buf;     /* NULL once freed */
 } LBuf;
+
+/* ---- the structs of normlab.h, described by the generated structs.h ---- */
+
+/* Field kinds; cmake/gen_structs.cmake says which C type each stands for. */
+enum {
+  KIND_I32, KIND_I64, KIND_U32, KIND_U64, KIND_F64, KIND_STRING, KIND_CHARS, KIND_STRUCT,
+  KIND_SPREAD, KIND_BUFFER
+};
+static const char *const kind_names[] = {
+  "i32", "i64", "u32", "u64", "f64", "string", "chars", "struct", "spread", "buffer"
+};
+
+typedef struct Struct Struct;
+
+typedef struct Field {
+  const char *name;
+  size_t offset;
+  size_t size;         /* chars: the array's length */
+  int kind;
+  const Struct *sub;   /* struct and spread: the nested struct */
+} Field;
+
+struct Struct {
+  const char *name;
+  size_t size;
+  size_t n;
+  const Field *fields;
+};
+
+#define FIELD(T, f, kind, sub) {#f, offsetof(T, f), sizeof(((T *)0)->f), KIND_##kind, sub}
+#define STRUCT(T) {#T, sizeof(T), sizeof fields_##T / sizeof fields_##T[0], fields_##T}
+#include "structs.h"
+#undef FIELD
+#undef STRUCT
 
 /* ---- errors ---- */
 
@@ -113,7 +158,7 @@ static LCtx *getctx(lua_State *L)
 }
 
 /* Every call into the core goes through here: a failure becomes a Lua error carrying the
- * context's message, remembered with its status for core.last_failure(). */
+ * context's message, remembered with its status for last_failure(). */
 static void check(lua_State *L, LCtx *c, nl_status st)
 {
   const char *msg;
@@ -131,45 +176,13 @@ static void check(lua_State *L, LCtx *c, nl_status st)
   lua_error(L);
 }
 
-/* ---- argument helpers ---- */
+/* ---- arguments ---- */
 
-/* A number as itself, anything else as its type name: "got 1.5", "got string". */
-static const char *shown(lua_State *L, int i)
-{
-  return lua_type(L, i) == LUA_TNUMBER ? luaL_tolstring(L, i, NULL) : luaL_typename(L, i);
-}
-
-/* Strict about types (no string coercion), like the FFI binding. */
-static int64_t checkint(lua_State *L, int i, const char *what)
-{
-  int isnum = 0;
-  lua_Integer v = 0;
-  if (lua_type(L, i) == LUA_TNUMBER)
-    v = lua_tointegerx(L, i, &isnum);
-  if (!isnum)
-    fail(L, "argument '%s' must be an integer, got %s", what, shown(L, i));
-  return (int64_t)v;
-}
-
-static double checknum(lua_State *L, int i, const char *what)
-{
-  if (lua_type(L, i) != LUA_TNUMBER)
-    fail(L, "argument '%s' must be a number, got %s", what, luaL_typename(L, i));
-  return (double)lua_tonumber(L, i);
-}
-
-static const char *checkstr(lua_State *L, int i, const char *what)
-{
-  if (lua_type(L, i) != LUA_TSTRING)
-    fail(L, "argument '%s' must be a string, got %s", what, luaL_typename(L, i));
-  return lua_tostring(L, i);
-}
-
-static nl_device checkdevice(lua_State *L, int i)
+static nl_device todevice(lua_State *L, int i)
 {
   nl_device d;
-  d.backend = (int32_t)checkint(L, i, "backend");
-  d.index = (int32_t)checkint(L, i + 1, "index");
+  d.backend = (int32_t)lua_tointeger(L, i);
+  d.index = (int32_t)lua_tointeger(L, i + 1);
   return d;
 }
 
@@ -193,159 +206,130 @@ static nl_buf *checkbuf(lua_State *L, int i, const char *name)
   return b->buf;
 }
 
-static void setint(lua_State *L, const char *k, int64_t v)
-{
-  lua_pushinteger(L, (lua_Integer)v);
-  lua_setfield(L, -2, k);
-}
+/* ---- structs and tables ---- */
 
-static void setnum(lua_State *L, const char *k, double v)
-{
-  lua_pushnumber(L, (lua_Number)v);
-  lua_setfield(L, -2, k);
-}
-
-static void setstr(lua_State *L, const char *k, const char *v)
-{
-  if (v == NULL)
-    return;
-  lua_pushstring(L, v);
-  lua_setfield(L, -2, k);
-}
-
-/* ---- nl_norm_args and nl_bench_opts from tables ---- */
-
-static const struct {
-  const char *name;
-  size_t off;
-} arg_bufs[] = {
-  {"x", offsetof(nl_norm_args, x)},
-  {"residual", offsetof(nl_norm_args, residual)},
-  {"dy", offsetof(nl_norm_args, dy)},
-  {"dres", offsetof(nl_norm_args, dres)},
-  {"w", offsetof(nl_norm_args, w)},
-  {"b", offsetof(nl_norm_args, b)},
-  {"rstd", offsetof(nl_norm_args, rstd)},
-  {"mean", offsetof(nl_norm_args, mean)},
-  {"y", offsetof(nl_norm_args, y)},
-  {"residual_out", offsetof(nl_norm_args, residual_out)},
-  {"dx", offsetof(nl_norm_args, dx)},
-  {"dw", offsetof(nl_norm_args, dw)},
-  {"db", offsetof(nl_norm_args, db)},
-};
-#define ARG_KEYS "x, residual, dy, dres, w, b, rstd, mean, y, residual_out, dx, dw, db, eps, " \
-                 "offset, cast, reduce"
-
-/* Reads the args table at idx. Unknown keys are errors: a typo must not silently become a
- * missing buffer. */
-static void toargs(lua_State *L, int idx, nl_norm_args *a)
+/* Sets the fields of the struct s at p into the table on top of the stack. A NULL string
+ * leaves its key out. */
+static void set_fields(lua_State *L, const Struct *s, const void *p)
 {
   size_t i;
-  memset(a, 0, sizeof *a);
-  idx = lua_absindex(L, idx);
-  if (!lua_istable(L, idx))
-    fail(L, "argument 'args' must be a table, got %s", luaL_typename(L, idx));
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    const char *k;
-    int found = 0;
-    if (lua_type(L, -2) != LUA_TSTRING)
-      fail(L, "args: keys must be strings, got %s", luaL_typename(L, -2));
-    k = lua_tostring(L, -2);
-    for (i = 0; i < sizeof arg_bufs / sizeof arg_bufs[0]; i++) {
-      if (strcmp(k, arg_bufs[i].name) == 0) {
-        nl_buf **slot = (nl_buf **)(void *)((char *)a + arg_bufs[i].off);
-        *slot = lua_toboolean(L, -1) ? checkbuf(L, -1, k) : NULL;
-        found = 1;
-        break;
-      }
+  for (i = 0; i < s->n; i++) {
+    const Field *f = &s->fields[i];
+    const void *at = (const char *)p + f->offset;
+    switch (f->kind) {
+    case KIND_I32:
+      lua_pushinteger(L, *(const int32_t *)at);
+      break;
+    case KIND_I64:
+      lua_pushinteger(L, (lua_Integer)*(const int64_t *)at);
+      break;
+    case KIND_U32:
+      lua_pushinteger(L, *(const uint32_t *)at);
+      break;
+    case KIND_U64:
+      /* An integer where one holds the value, else the nearest number (what LuaJIT gets). */
+      if (*(const uint64_t *)at <= (uint64_t)LUA_MAXINTEGER)
+        lua_pushinteger(L, (lua_Integer)*(const uint64_t *)at);
+      else
+        lua_pushnumber(L, (lua_Number)*(const uint64_t *)at);
+      break;
+    case KIND_F64:
+      lua_pushnumber(L, *(const double *)at);
+      break;
+    case KIND_STRING:
+      if (*(const char *const *)at == NULL)
+        continue;
+      lua_pushstring(L, *(const char *const *)at);
+      break;
+    case KIND_CHARS: {
+      /* Up to the NUL, or the whole array when the core filled it to the last byte. */
+      const char *end = memchr(at, '\0', f->size);
+      lua_pushlstring(L, at, end != NULL ? (size_t)(end - (const char *)at) : f->size);
+      break;
     }
-    if (found)
-      ;
-    else if (strcmp(k, "eps") == 0)
-      a->eps = checknum(L, -1, k);
-    else if (strcmp(k, "offset") == 0)
-      a->offset = checknum(L, -1, k);
-    else if (strcmp(k, "cast") == 0)
-      a->cast = (int32_t)checkint(L, -1, k);
-    else if (strcmp(k, "reduce") == 0)
-      a->reduce = (int32_t)checkint(L, -1, k);
-    else
-      fail(L, "args: unknown field '%s' (expected: " ARG_KEYS ")", k);
-    lua_pop(L, 1);
+    case KIND_STRUCT:
+      lua_createtable(L, 0, (int)f->sub->n);
+      set_fields(L, f->sub, at);
+      break;
+    case KIND_SPREAD:
+      set_fields(L, f->sub, at);
+      continue;
+    default:
+      continue;  /* a buffer: the structs that hold one only go in (nl_norm_args) */
+    }
+    lua_setfield(L, -2, f->name);
   }
 }
 
-static void toopts(lua_State *L, int idx, nl_bench_opts *o)
+static void push_struct(lua_State *L, const Struct *s, const void *p)
 {
-  memset(o, 0, sizeof *o);
+  lua_createtable(L, 0, (int)s->n);
+  set_fields(L, s, p);
+}
+
+/* The struct s at p from the table at idx (nil: all zero). The library checked the table
+ * against `structs` (check.lua); keys it lacks stay 0 or NULL, and so do buffers given as
+ * false. */
+static void to_struct(lua_State *L, int idx, const Struct *s, void *p)
+{
+  size_t i;
+  memset(p, 0, s->size);
   idx = lua_absindex(L, idx);
   if (lua_isnoneornil(L, idx))
     return;
-  if (!lua_istable(L, idx))
-    fail(L, "argument 'opts' must be a table, got %s", luaL_typename(L, idx));
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    const char *k;
-    if (lua_type(L, -2) != LUA_TSTRING)
-      fail(L, "opts: keys must be strings, got %s", luaL_typename(L, -2));
-    k = lua_tostring(L, -2);
-    if (strcmp(k, "mode") == 0)
-      o->mode = (int32_t)checkint(L, -1, k);
-    else if (strcmp(k, "graph") == 0)
-      o->graph = lua_isboolean(L, -1) ? lua_toboolean(L, -1) : (int32_t)checkint(L, -1, k);
-    else if (strcmp(k, "batches") == 0)
-      o->batches = (int32_t)checkint(L, -1, k);
-    else if (strcmp(k, "reps") == 0)
-      o->reps = (int32_t)checkint(L, -1, k);
-    else if (strcmp(k, "warmup_ms") == 0)
-      o->warmup_ms = checknum(L, -1, k);
-    else if (strcmp(k, "batch_ms") == 0)
-      o->batch_ms = checknum(L, -1, k);
-    else if (strcmp(k, "rotate_factor") == 0)
-      o->rotate_factor = checknum(L, -1, k);
-    else if (strcmp(k, "max_sets") == 0)
-      o->max_sets = checkint(L, -1, k);
-    else if (strcmp(k, "share_outputs") == 0)
-      o->share_outputs =
-          lua_isboolean(L, -1) ? lua_toboolean(L, -1) : (int32_t)checkint(L, -1, k);
-    else
-      fail(L, "opts: unknown field '%s' (expected: mode, graph, batches, reps, warmup_ms, "
-              "batch_ms, rotate_factor, max_sets, share_outputs)", k);
+  for (i = 0; i < s->n; i++) {
+    const Field *f = &s->fields[i];
+    void *at = (char *)p + f->offset;
+    if (lua_getfield(L, idx, f->name) != LUA_TNIL) {
+      switch (f->kind) {
+      case KIND_I32:
+        *(int32_t *)at = (int32_t)lua_tointeger(L, -1);
+        break;
+      case KIND_I64:
+        *(int64_t *)at = (int64_t)lua_tointeger(L, -1);
+        break;
+      case KIND_U32:
+        *(uint32_t *)at = (uint32_t)lua_tointeger(L, -1);
+        break;
+      case KIND_U64:
+        *(uint64_t *)at = (uint64_t)lua_tointeger(L, -1);
+        break;
+      case KIND_F64:
+        *(double *)at = (double)lua_tonumber(L, -1);
+        break;
+      case KIND_BUFFER:
+        *(nl_buf **)at = lua_toboolean(L, -1) ? checkbuf(L, -1, f->name) : NULL;
+        break;
+      default:
+        break;  /* check.lua lets no other kind in */
+      }
+    }
     lua_pop(L, 1);
   }
 }
 
-/* ---- structs to tables ---- */
-
-static void push_info(lua_State *L, const nl_run_info *r)
+/* structs: {name = {{name =, kind = [, struct =]}, ...}, ...} */
+static void push_structs(lua_State *L)
 {
-  lua_createtable(L, 0, 10);
-  setstr(L, "variant", r->variant);
-  setint(L, "backend", r->backend);
-  setint(L, "reduce", r->reduce);
-  setint(L, "deterministic", r->deterministic);
-  setint(L, "grid", r->grid);
-  setint(L, "block", r->block);
-  setint(L, "cluster", r->cluster);
-  setint(L, "bytes", r->bytes);
-  setint(L, "extra_bytes", r->extra_bytes);
-  setint(L, "workspace_bytes", r->workspace_bytes);
-  setstr(L, "kernel", r->kernel);
-}
-
-static void push_desc(lua_State *L, const nl_buf_desc *d)
-{
-  lua_createtable(L, 0, 9);
-  setint(L, "backend", d->device.backend);
-  setint(L, "index", d->device.index);
-  setint(L, "dtype", d->dtype);
-  setint(L, "ndim", d->ndim);
-  setint(L, "rows", d->rows);
-  setint(L, "cols", d->cols);
-  setint(L, "stride", d->stride);
-  setint(L, "numel", d->numel);
-  setint(L, "nbytes", d->nbytes);
+  size_t i, j;
+  lua_createtable(L, 0, (int)(sizeof structs / sizeof structs[0]));
+  for (i = 0; i < sizeof structs / sizeof structs[0]; i++) {
+    lua_createtable(L, (int)structs[i]->n, 0);
+    for (j = 0; j < structs[i]->n; j++) {
+      const Field *f = &structs[i]->fields[j];
+      lua_createtable(L, 0, 3);
+      lua_pushstring(L, f->name);
+      lua_setfield(L, -2, "name");
+      lua_pushstring(L, kind_names[f->kind]);
+      lua_setfield(L, -2, "kind");
+      if (f->sub != NULL) {
+        lua_pushstring(L, f->sub->name);
+        lua_setfield(L, -2, "struct");
+      }
+      lua_rawseti(L, -2, (lua_Integer)j + 1);
+    }
+    lua_setfield(L, -2, structs[i]->name);
+  }
 }
 
 /* ---- buffers ---- */
@@ -387,7 +371,7 @@ static int buf_desc(lua_State *L)
 {
   nl_buf_desc d;
   describe(L, checkbuf(L, 1, NULL), &d);
-  push_desc(L, &d);
+  push_struct(L, &struct_nl_buf_desc, &d);
   return 1;
 }
 
@@ -396,91 +380,6 @@ static int buf_len(lua_State *L)
   nl_buf_desc d;
   describe(L, checkbuf(L, 1, NULL), &d);
   lua_pushinteger(L, (lua_Integer)d.numel);
-  return 1;
-}
-
-static int buf_fill(lua_State *L)
-{
-  LCtx *c = getctx(L);
-  nl_buf *b = checkbuf(L, 1, NULL);
-  check(L, c, nl_buf_fill(c->ctx, b, checknum(L, 2, "value")));
-  lua_settop(L, 1);
-  return 1;
-}
-
-static int buf_fill_randn(lua_State *L)
-{
-  LCtx *c = getctx(L);
-  nl_buf *b = checkbuf(L, 1, NULL);
-  uint64_t seed = (uint64_t)checkint(L, 2, "seed");
-  check(L, c, nl_buf_randn(c->ctx, b, seed, checknum(L, 3, "mean"), checknum(L, 4, "std")));
-  lua_settop(L, 1);
-  return 1;
-}
-
-static int buf_fill_uniform(lua_State *L)
-{
-  LCtx *c = getctx(L);
-  nl_buf *b = checkbuf(L, 1, NULL);
-  uint64_t seed = (uint64_t)checkint(L, 2, "seed");
-  check(L, c, nl_buf_uniform(c->ctx, b, seed, checknum(L, 3, "lo"), checknum(L, 4, "hi")));
-  lua_settop(L, 1);
-  return 1;
-}
-
-static int buf_copy(lua_State *L)
-{
-  LCtx *c = getctx(L);
-  nl_buf *dst = checkbuf(L, 1, NULL);
-  nl_buf *src = checkbuf(L, 2, "src");
-  check(L, c, nl_buf_copy(c->ctx, src, dst));
-  lua_settop(L, 1);
-  return 1;
-}
-
-static int buf_read(lua_State *L)
-{
-  LCtx *c = getctx(L);
-  nl_buf *b = checkbuf(L, 1, NULL);
-  int64_t off = checkint(L, 2, "offset");
-  int64_t n = checkint(L, 3, "count");
-  double *tmp;
-  int64_t i;
-  if (n < 0 || (uint64_t)n > (uint64_t)(SIZE_MAX / sizeof(double)))
-    fail(L, "read: bad count %I", (lua_Integer)n);
-  /* Scratch as a userdata: collected even when the read raises. */
-  tmp = (double *)lua_newuserdatauv(L, (size_t)n * sizeof(double) + 1, 0);
-  check(L, c, nl_buf_read_f64(c->ctx, b, off, n, tmp));
-  lua_createtable(L, n > INT32_MAX ? 0 : (int)n, 0);
-  for (i = 0; i < n; i++) {
-    lua_pushnumber(L, tmp[i]);
-    lua_rawseti(L, -2, (lua_Integer)i + 1);
-  }
-  return 1;
-}
-
-static int buf_write(lua_State *L)
-{
-  LCtx *c = getctx(L);
-  nl_buf *b = checkbuf(L, 1, NULL);
-  int64_t off = checkint(L, 2, "offset");
-  lua_Integer n, i;
-  double *tmp;
-  if (!lua_istable(L, 3))
-    fail(L, "argument 'values' must be a table, got %s", luaL_typename(L, 3));
-  n = luaL_len(L, 3);
-  tmp = (double *)lua_newuserdatauv(L, (size_t)n * sizeof(double) + 1, 0);
-  for (i = 0; i < n; i++) {
-    int isnum;
-    lua_rawgeti(L, 3, i + 1);
-    isnum = lua_type(L, -1) == LUA_TNUMBER;
-    tmp[i] = (double)lua_tonumber(L, -1);
-    if (!isnum)
-      fail(L, "write: values[%I] must be a number, got %s", i + 1, luaL_typename(L, -1));
-    lua_pop(L, 1);
-  }
-  check(L, c, nl_buf_write_f64(c->ctx, b, off, (int64_t)n, tmp));
-  lua_settop(L, 1);
   return 1;
 }
 
@@ -514,41 +413,101 @@ static int buf_tostring(lua_State *L)
   return 1;
 }
 
-/* ---- module functions ---- */
-
-/* encode(dtype, {values}) -> {bit patterns}; decode(dtype, {patterns}) -> {values}: the
- * host conversions of nl_convert on raw elements of at most 32 bits (so that every pattern
- * is an exact Lua number under LuaJIT too). */
-static int raw_size(lua_State *L, int dt)
+static int l_fill(lua_State *L)
 {
-  int es = nl_dtype_size(dt);
-  if (es == 0 || es > 4)
-    return luaL_error(L, "bit patterns: dtype %d is not a type of at most 32 bits", dt);
-  return es;
+  LCtx *c = getctx(L);
+  check(L, c, nl_buf_fill(c->ctx, checkbuf(L, 1, NULL), lua_tonumber(L, 2)));
+  return 0;
 }
 
+static int l_fill_randn(lua_State *L)
+{
+  LCtx *c = getctx(L);
+  nl_buf *b = checkbuf(L, 1, NULL);
+  check(L, c, nl_buf_randn(c->ctx, b, (uint64_t)lua_tointeger(L, 2), lua_tonumber(L, 3),
+                           lua_tonumber(L, 4)));
+  return 0;
+}
+
+static int l_fill_uniform(lua_State *L)
+{
+  LCtx *c = getctx(L);
+  nl_buf *b = checkbuf(L, 1, NULL);
+  check(L, c, nl_buf_uniform(c->ctx, b, (uint64_t)lua_tointeger(L, 2), lua_tonumber(L, 3),
+                             lua_tonumber(L, 4)));
+  return 0;
+}
+
+static int l_copy(lua_State *L)
+{
+  LCtx *c = getctx(L);
+  nl_buf *dst = checkbuf(L, 1, NULL);
+  check(L, c, nl_buf_copy(c->ctx, checkbuf(L, 2, "src"), dst));
+  return 0;
+}
+
+/* read(b, offset, count): count is at most the buffer's size (the library checked), so the
+ * scratch below is a real allocation. */
+static int l_read(lua_State *L)
+{
+  LCtx *c = getctx(L);
+  nl_buf *b = checkbuf(L, 1, NULL);
+  int64_t off = (int64_t)lua_tointeger(L, 2), n = (int64_t)lua_tointeger(L, 3), i;
+  /* Scratch as a userdata: collected even when the read raises. */
+  double *tmp = (double *)lua_newuserdatauv(L, (size_t)n * sizeof(double) + 1, 0);
+  check(L, c, nl_buf_read_f64(c->ctx, b, off, n, tmp));
+  lua_createtable(L, n > INT32_MAX ? 0 : (int)n, 0);
+  for (i = 0; i < n; i++) {
+    lua_pushnumber(L, tmp[i]);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
+}
+
+static int l_write(lua_State *L)
+{
+  LCtx *c = getctx(L);
+  nl_buf *b = checkbuf(L, 1, NULL);
+  int64_t off = (int64_t)lua_tointeger(L, 2);
+  lua_Integer n = luaL_len(L, 3), i;
+  double *tmp = (double *)lua_newuserdatauv(L, (size_t)n * sizeof(double) + 1, 0);
+  for (i = 0; i < n; i++) {
+    lua_geti(L, 3, i + 1);
+    tmp[i] = (double)lua_tonumber(L, -1);
+    lua_pop(L, 1);
+  }
+  check(L, c, nl_buf_write_f64(c->ctx, b, off, (int64_t)n, tmp));
+  return 0;
+}
+
+/* ---- module functions ---- */
+
+static int l_dtype_size(lua_State *L)
+{
+  lua_pushinteger(L, nl_dtype_size((int32_t)lua_tointeger(L, 1)));
+  return 1;
+}
+
+/* encode(dtype, {values}) -> {bit patterns}; decode(dtype, {patterns}) -> {values}: the
+ * host conversions of nl_convert on raw elements of dtype_size(dtype) <= 4 bytes (so that
+ * every pattern is an exact Lua number under LuaJIT too), little-endian. */
 static int l_encode(lua_State *L)
 {
-  int dt = (int)luaL_checkinteger(L, 1), es = raw_size(L, dt);
-  lua_Integer n;
-  double *src;
-  unsigned char *dst;
-  luaL_checktype(L, 2, LUA_TTABLE);
-  n = luaL_len(L, 2);
-  src = lua_newuserdatauv(L, (size_t)n * sizeof(double) + 1, 0);
-  dst = lua_newuserdatauv(L, (size_t)n * (size_t)es + 1, 0);
-  for (lua_Integer i = 0; i < n; i++) {
+  int32_t dt = (int32_t)lua_tointeger(L, 1);
+  int es = nl_dtype_size(dt), b;
+  lua_Integer n = luaL_len(L, 2), i;
+  double *src = (double *)lua_newuserdatauv(L, (size_t)n * sizeof(double) + 1, 0);
+  unsigned char *dst = (unsigned char *)lua_newuserdatauv(L, (size_t)n * (size_t)es + 1, 0);
+  for (i = 0; i < n; i++) {
     lua_geti(L, 2, i + 1);
-    if (!lua_isnumber(L, -1))
-      return luaL_error(L, "encode: element %d is not a number", (int)(i + 1));
-    src[i] = lua_tonumber(L, -1);
+    src[i] = (double)lua_tonumber(L, -1);
     lua_pop(L, 1);
   }
   nl_convert(NL_F64, src, dt, dst, n);
   lua_createtable(L, (int)n, 0);
-  for (lua_Integer i = 0; i < n; i++) {
+  for (i = 0; i < n; i++) {
     uint32_t bits = 0;
-    for (int b = es - 1; b >= 0; b--)
+    for (b = es - 1; b >= 0; b--)
       bits = (bits << 8) | dst[i * es + b];
     lua_pushinteger(L, (lua_Integer)bits);
     lua_rawseti(L, -2, i + 1);
@@ -558,30 +517,22 @@ static int l_encode(lua_State *L)
 
 static int l_decode(lua_State *L)
 {
-  int dt = (int)luaL_checkinteger(L, 1), es = raw_size(L, dt);
-  lua_Integer n;
-  unsigned char *src;
-  double *dst;
-  luaL_checktype(L, 2, LUA_TTABLE);
-  n = luaL_len(L, 2);
-  src = lua_newuserdatauv(L, (size_t)n * (size_t)es + 1, 0);
-  dst = lua_newuserdatauv(L, (size_t)n * sizeof(double) + 1, 0);
-  for (lua_Integer i = 0; i < n; i++) {
-    lua_Integer bits;
+  int32_t dt = (int32_t)lua_tointeger(L, 1);
+  int es = nl_dtype_size(dt), b;
+  lua_Integer n = luaL_len(L, 2), i;
+  unsigned char *src = (unsigned char *)lua_newuserdatauv(L, (size_t)n * (size_t)es + 1, 0);
+  double *dst = (double *)lua_newuserdatauv(L, (size_t)n * sizeof(double) + 1, 0);
+  for (i = 0; i < n; i++) {
+    uint64_t bits;
     lua_geti(L, 2, i + 1);
-    bits = lua_tointeger(L, -1);
-    if (!lua_isinteger(L, -1) && !(lua_isnumber(L, -1) && lua_tonumber(L, -1) == (double)bits))
-      return luaL_error(L, "decode: element %d is not an integer", (int)(i + 1));
-    if (bits < 0 || bits >= ((lua_Integer)1 << (8 * es)))
-      return luaL_error(L, "decode: element %d (%d) is not a %d-bit pattern", (int)(i + 1),
-                        (int)bits, 8 * es);
+    bits = (uint64_t)lua_tointeger(L, -1);
     lua_pop(L, 1);
-    for (int b = 0; b < es; b++)
-      src[i * es + b] = (unsigned char)((uint64_t)bits >> (8 * b));
+    for (b = 0; b < es; b++)
+      src[i * es + b] = (unsigned char)(bits >> (8 * b));
   }
   nl_convert(dt, src, NL_F64, dst, n);
   lua_createtable(L, (int)n, 0);
-  for (lua_Integer i = 0; i < n; i++) {
+  for (i = 0; i < n; i++) {
     lua_pushnumber(L, dst[i]);
     lua_rawseti(L, -2, i + 1);
   }
@@ -602,7 +553,7 @@ static int l_cuda_compiled(lua_State *L)
 
 static int l_lib_prefix(lua_State *L)
 {
-  checkstr(L, 1, "prefix");
+  luaL_checkstring(L, 1);
   lua_settop(L, 1);
   lua_setfield(L, LUA_REGISTRYINDEX, KEY_PREFIX);
   return 0;
@@ -627,7 +578,7 @@ static int l_interrupt(lua_State *L)
 static int l_set_device(lua_State *L)
 {
   LCtx *c = getctx(L);
-  check(L, c, nl_ctx_set_device(c->ctx, checkdevice(L, 1)));
+  check(L, c, nl_ctx_set_device(c->ctx, todevice(L, 1)));
   return 0;
 }
 
@@ -639,21 +590,20 @@ static int l_next_seed(lua_State *L)
 
 static int l_set_seed(lua_State *L)
 {
-  LCtx *c = getctx(L);
-  nl_ctx_set_seed(c->ctx, (uint64_t)checkint(L, 1, "seed"));
+  nl_ctx_set_seed(getctx(L)->ctx, (uint64_t)lua_tointeger(L, 1));
   return 0;
 }
 
 static int l_sync(lua_State *L)
 {
   LCtx *c = getctx(L);
-  check(L, c, nl_ctx_sync(c->ctx, checkdevice(L, 1)));
+  check(L, c, nl_ctx_sync(c->ctx, todevice(L, 1)));
   return 0;
 }
 
 static int l_device_count(lua_State *L)
 {
-  lua_pushinteger(L, nl_device_count((int32_t)checkint(L, 1, "backend")));
+  lua_pushinteger(L, nl_device_count((int32_t)lua_tointeger(L, 1)));
   return 1;
 }
 
@@ -662,23 +612,8 @@ static int l_device_info(lua_State *L)
   LCtx *c = getctx(L);
   nl_device_info in;
   memset(&in, 0, sizeof in);
-  check(L, c, nl_device_query(c->ctx, checkdevice(L, 1), &in));
-  in.name[sizeof in.name - 1] = '\0';
-  lua_createtable(L, 0, 14);
-  setint(L, "backend", in.device.backend);
-  setint(L, "index", in.device.index);
-  setstr(L, "name", in.name);
-  setint(L, "sm_count", in.sm_count);
-  setint(L, "cc_major", in.cc_major);
-  setint(L, "cc_minor", in.cc_minor);
-  setint(L, "max_threads_per_sm", in.max_threads_per_sm);
-  setint(L, "l2_bytes", in.l2_bytes);
-  setint(L, "smem_per_block", in.smem_per_block);
-  setint(L, "smem_per_block_optin", in.smem_per_block_optin);
-  setint(L, "smem_per_sm", in.smem_per_sm);
-  setint(L, "mem_bytes", in.mem_bytes);
-  setnum(L, "mem_clock_khz", in.mem_clock_khz);
-  setint(L, "mem_bus_bits", in.mem_bus_bits);
+  check(L, c, nl_device_query(c->ctx, todevice(L, 1), &in));
+  push_struct(L, &struct_nl_device_info, &in);
   return 1;
 }
 
@@ -686,7 +621,7 @@ static int l_roofline(lua_State *L)
 {
   LCtx *c = getctx(L);
   double gbps = 0;
-  check(L, c, nl_roofline(c->ctx, checkdevice(L, 1), &gbps));
+  check(L, c, nl_roofline(c->ctx, todevice(L, 1), &gbps));
   lua_pushnumber(L, gbps);
   return 1;
 }
@@ -697,26 +632,22 @@ static int l_settings(lua_State *L)
   LCtx *c = getctx(L);
   int32_t i, n = nl_setting_count();
   int on = !lua_isnoneornil(L, 1);
-  nl_device d = {0, 0};
-  if (on)
-    d = checkdevice(L, 1);
+  nl_device d = todevice(L, 1);
   lua_createtable(L, n > 0 ? n : 0, 0);
   for (i = 0; i < n; i++) {
     nl_setting_desc s;
     check(L, c, on ? nl_setting_describe_on(c->ctx, d, i, &s) : nl_setting_describe(c->ctx, i, &s));
-    lua_createtable(L, 0, 9);
-    setstr(L, "key", s.key);
-    setstr(L, "doc", s.doc);
-    setnum(L, "value", s.value);
-    setnum(L, "def", s.def);
-    setnum(L, "builtin", s.builtin);
-    setnum(L, "min", s.min);
-    setnum(L, "max", s.max);
-    setint(L, "integer", s.integer);
-    setstr(L, "origin", s.origin);
+    push_struct(L, &struct_nl_setting_desc, &s);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
   return 1;
+}
+
+/* A describe call that takes no context fails with a status alone. */
+static void described(lua_State *L, const char *what, int32_t i, nl_status st)
+{
+  if (st != NL_OK)
+    fail(L, "%s: cannot describe entry %d: %s", what, (int)i, nl_status_name(st));
 }
 
 static int l_model_defaults(lua_State *L)
@@ -725,32 +656,10 @@ static int l_model_defaults(lua_State *L)
   lua_createtable(L, n > 0 ? n : 0, 0);
   for (i = 0; i < n; i++) {
     nl_model_default m;
-    nl_status st = nl_model_default_describe(i, &m);
-    if (st != NL_OK)
-      fail(L, "model_defaults: cannot describe entry %d: %s", (int)i, nl_status_name(st));
-    lua_createtable(L, 0, 3);
-    setstr(L, "model", m.model);
-    setstr(L, "key", m.key);
-    setnum(L, "value", m.value);
+    described(L, "model_defaults", i, nl_model_default_describe(i, &m));
+    push_struct(L, &struct_nl_model_default, &m);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
-  return 1;
-}
-
-static int l_set(lua_State *L)
-{
-  LCtx *c = getctx(L);
-  const char *key = checkstr(L, 1, "key");
-  check(L, c, nl_set(c->ctx, key, checknum(L, 2, "value")));
-  return 0;
-}
-
-static int l_get(lua_State *L)
-{
-  LCtx *c = getctx(L);
-  double v = 0;
-  check(L, c, nl_get(c->ctx, checkstr(L, 1, "key"), &v));
-  lua_pushnumber(L, v);
   return 1;
 }
 
@@ -760,45 +669,44 @@ static int l_variants(lua_State *L)
   lua_createtable(L, n > 0 ? n : 0, 0);
   for (i = 0; i < n; i++) {
     nl_variant_desc v;
-    nl_status st = nl_variant_describe(i, &v);
-    if (st != NL_OK)
-      fail(L, "variants: cannot describe entry %d: %s", (int)i, nl_status_name(st));
-    lua_createtable(L, 0, 9);
-    setstr(L, "name", v.name);
-    setstr(L, "op", v.op);
-    setstr(L, "pass", v.pass);
-    setstr(L, "strategy", v.strategy);
-    setint(L, "backend", v.backend);
-    setint(L, "reduces", v.reduces);
-    setint(L, "default_reduce", v.default_reduce);
-    setstr(L, "summary", v.summary);
-    setstr(L, "limits", v.limits);
+    described(L, "variants", i, nl_variant_describe(i, &v));
+    push_struct(L, &struct_nl_variant_desc, &v);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
+  return 1;
+}
+
+static int l_set(lua_State *L)
+{
+  LCtx *c = getctx(L);
+  check(L, c, nl_set(c->ctx, luaL_checkstring(L, 1), lua_tonumber(L, 2)));
+  return 0;
+}
+
+static int l_get(lua_State *L)
+{
+  LCtx *c = getctx(L);
+  double v = 0;
+  check(L, c, nl_get(c->ctx, luaL_checkstring(L, 1), &v));
+  lua_pushnumber(L, v);
   return 1;
 }
 
 static int l_buffer(lua_State *L)
 {
   LCtx *c = getctx(L);
-  nl_device dev = checkdevice(L, 1);
-  int32_t dtype = (int32_t)checkint(L, 3, "dtype");
-  int64_t shape[2], stride;
-  lua_Integer ndim, i;
+  int64_t shape[2] = {0, 0};
+  lua_Integer ndim = luaL_len(L, 4), i;
   LBuf *b;
-  if (!lua_istable(L, 4))
-    fail(L, "argument 'shape' must be a table, got %s", luaL_typename(L, 4));
-  ndim = luaL_len(L, 4);
-  if (ndim < 1 || ndim > 2)
-    fail(L, "shape must have 1 or 2 dimensions, got %I", ndim);
-  for (i = 0; i < ndim; i++) {
+  for (i = 0; i < ndim && i < 2; i++) {
     lua_geti(L, 4, i + 1);
-    shape[i] = checkint(L, -1, "shape");
+    shape[i] = (int64_t)lua_tointeger(L, -1);
     lua_pop(L, 1);
   }
-  stride = lua_isnoneornil(L, 5) ? 0 : checkint(L, 5, "stride");
   b = newbuf(L);
-  check(L, c, nl_buf_new(c->ctx, dev, dtype, (int32_t)ndim, shape, stride, &b->buf));
+  /* ndim goes to the core as given: it refuses anything but 1 or 2 before reading shape. */
+  check(L, c, nl_buf_new(c->ctx, todevice(L, 1), (int32_t)lua_tointeger(L, 3), (int32_t)ndim,
+                         shape, (int64_t)lua_tointeger(L, 5), &b->buf));
   return 1;
 }
 
@@ -815,30 +723,18 @@ static int l_compare(lua_State *L)
   nl_buf *ref = checkbuf(L, 2, "ref");
   nl_cmp r;
   memset(&r, 0, sizeof r);
-  check(L, c, nl_compare(c->ctx, a, ref, checknum(L, 3, "atol"), checknum(L, 4, "rtol"), &r));
-  lua_createtable(L, 0, 12);
-  setint(L, "n", r.n);
-  setint(L, "n_bad", r.n_bad);
-  setint(L, "n_nan", r.n_nan);
-  setint(L, "worst", r.worst);
-  setnum(L, "max_abs", r.max_abs);
-  setnum(L, "max_rel", r.max_rel);
-  setnum(L, "ulp_p50", r.ulp_p50);
-  setnum(L, "ulp_p99", r.ulp_p99);
-  setnum(L, "ulp_max", r.ulp_max);
-  setnum(L, "a_worst", r.a_worst);
-  setnum(L, "ref_worst", r.ref_worst);
-  setnum(L, "rms_ref", r.rms_ref);
+  check(L, c, nl_compare(c->ctx, a, ref, lua_tonumber(L, 3), lua_tonumber(L, 4), &r));
+  push_struct(L, &struct_nl_cmp, &r);
   return 1;
 }
 
 static int l_supports(lua_State *L)
 {
   LCtx *c = getctx(L);
-  const char *name = checkstr(L, 1, "variant");
+  const char *name = luaL_checkstring(L, 1);
   nl_norm_args a;
   nl_status st;
-  toargs(L, 2, &a);
+  to_struct(L, 2, &struct_nl_norm_args, &a);
   st = nl_supports(c->ctx, name, &a);
   if (st == NL_EUNSUPPORTED) {
     lua_pushboolean(L, 0);
@@ -853,10 +749,10 @@ static int l_supports(lua_State *L)
 static int l_resolve(lua_State *L)
 {
   LCtx *c = getctx(L);
-  const char *name = checkstr(L, 1, "variant");
+  const char *name = luaL_checkstring(L, 1);
   nl_norm_args a;
   char out[128];
-  toargs(L, 2, &a);
+  to_struct(L, 2, &struct_nl_norm_args, &a);
   out[0] = '\0';
   check(L, c, nl_resolve(c->ctx, name, &a, out, (int64_t)sizeof out));
   out[sizeof out - 1] = '\0';
@@ -867,43 +763,28 @@ static int l_resolve(lua_State *L)
 static int l_run(lua_State *L)
 {
   LCtx *c = getctx(L);
-  const char *name = checkstr(L, 1, "variant");
+  const char *name = luaL_checkstring(L, 1);
   nl_norm_args a;
   nl_run_info info;
-  toargs(L, 2, &a);
+  to_struct(L, 2, &struct_nl_norm_args, &a);
   memset(&info, 0, sizeof info);
   check(L, c, nl_run(c->ctx, name, &a, &info));
-  info.variant[sizeof info.variant - 1] = '\0';
-  push_info(L, &info);
+  push_struct(L, &struct_nl_run_info, &info);
   return 1;
 }
 
 static int l_bench(lua_State *L)
 {
   LCtx *c = getctx(L);
-  const char *name = checkstr(L, 1, "variant");
+  const char *name = luaL_checkstring(L, 1);
   nl_norm_args a;
   nl_bench_opts o;
   nl_bench_result r;
-  toargs(L, 2, &a);
-  toopts(L, 3, &o);
+  to_struct(L, 2, &struct_nl_norm_args, &a);
+  to_struct(L, 3, &struct_nl_bench_opts, &o);
   memset(&r, 0, sizeof r);
   check(L, c, nl_bench(c->ctx, name, &a, &o, &r));
-  r.run.variant[sizeof r.run.variant - 1] = '\0';
-  lua_createtable(L, 0, 12);
-  push_info(L, &r.run);
-  lua_setfield(L, -2, "run");
-  setnum(L, "median_ms", r.median_ms);
-  setnum(L, "min_ms", r.min_ms);
-  setnum(L, "max_ms", r.max_ms);
-  setnum(L, "mean_ms", r.mean_ms);
-  setnum(L, "gbps", r.gbps);
-  setnum(L, "extra_gbps", r.extra_gbps);
-  setint(L, "batches", r.batches);
-  setint(L, "reps", r.reps);
-  setint(L, "sets", r.sets);
-  setint(L, "mode", r.mode);
-  setint(L, "footprint_bytes", r.footprint_bytes);
+  push_struct(L, &struct_nl_bench_result, &r);
   return 1;
 }
 
@@ -939,8 +820,6 @@ static const struct {
 /* Functions that take the context userdata as upvalue 1. */
 static const luaL_Reg module_funcs[] = {
   {"version", l_version},
-  {"encode", l_encode},
-  {"decode", l_decode},
   {"cuda_compiled", l_cuda_compiled},
   {"lib_prefix", l_lib_prefix},
   {"last_failure", l_last_failure},
@@ -964,6 +843,15 @@ static const luaL_Reg module_funcs[] = {
   {"resolve", l_resolve},
   {"run", l_run},
   {"bench", l_bench},
+  {"dtype_size", l_dtype_size},
+  {"encode", l_encode},
+  {"decode", l_decode},
+  {"fill", l_fill},
+  {"fill_randn", l_fill_randn},
+  {"fill_uniform", l_fill_uniform},
+  {"copy", l_copy},
+  {"read", l_read},
+  {"write", l_write},
   {NULL, NULL},
 };
 
@@ -971,12 +859,6 @@ static const luaL_Reg buffer_methods[] = {
   {"free", buf_free},
   {"freed", buf_freed},
   {"desc", buf_desc},
-  {"fill", buf_fill},
-  {"fill_randn", buf_fill_randn},
-  {"fill_uniform", buf_fill_uniform},
-  {"copy_", buf_copy},
-  {"read", buf_read},
-  {"write", buf_write},
   {NULL, NULL},
 };
 
@@ -1025,6 +907,8 @@ int luaopen_normlab_binding_c(lua_State *L)
     lua_setfield(L, -2, constants[i].name);
   }
   lua_setfield(L, mod, "constants");
+  push_structs(L);
+  lua_setfield(L, mod, "structs");
 
   /* Buffer: methods; fields: getters. Both stay plain tables that init.lua extends. */
   lua_newtable(L);
