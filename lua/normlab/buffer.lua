@@ -260,10 +260,10 @@ function Buffer:fill(v)
 end
 
 -- The seed of a fill: the one given, else the next one of the context; a freed buffer does
--- not use one up.
+-- not use one up. Never negative: the C module would pass -1 as 2^64 - 1, LuaJIT as 2^63.
 local function seed_of(b, seed)
   b:desc()
-  return seed == nil and core.next_seed() or check.integer(seed, "seed")
+  return seed == nil and core.next_seed() or check.integer(seed, "seed", "u64")
 end
 
 function Buffer:randn(opts)

@@ -87,7 +87,7 @@ function nl.seed(s)
   if type(s) ~= "number" or s < 0 or s ~= math.floor(s) then
     util.failf("seed: expected an integer >= 0, got %s", tostring(s))
   end
-  core.set_seed(check.integer(s, "seed"))
+  core.set_seed(check.integer(s, "seed", "u64"))
 end
 
 return nl
