@@ -13,17 +13,19 @@ end
 -- nl.settings([device]): every setting with its value and default on device (default: the
 -- default device), whose GPU model may change the defaults (origin names the model). Each is
 -- the binding's nl_setting_desc with def as `default`, integer as a boolean and the numbers
--- of an integer setting as integers.
+-- (its f64 fields) of an integer setting as integers.
 function M.list(device)
   local list = {}
   local raw = device ~= nil and core.settings(device.backend, device.index) or core.settings()
   for i, s in ipairs(raw) do
     local e = util.copy(s)
     e.integer = s.integer ~= 0
-    e.default, e.def = s.def, nil
-    for _, k in ipairs({"value", "default", "builtin", "min", "max"}) do
-      e[k] = value_of(e[k], e.integer)
+    for _, f in ipairs(core.structs.nl_setting_desc) do
+      if f.kind == "f64" then
+        e[f.name] = value_of(s[f.name], e.integer)
+      end
     end
+    e.default, e.def = e.def, nil
     list[i] = e
   end
   return list
