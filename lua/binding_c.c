@@ -80,7 +80,8 @@ typedef struct LBuf {
 
 /* ---- the structs of normlab.h, described by the generated structs.h ---- */
 
-/* Field kinds; cmake/gen_structs.cmake says which C type each stands for. */
+/* Field kinds (cmake/gen_structs.cmake says which C type each stands for) and their names in
+ * `structs`, in the same order. */
 enum {
   KIND_I32, KIND_I64, KIND_U32, KIND_U64, KIND_F64, KIND_STRING, KIND_CHARS, KIND_STRUCT,
   KIND_SPREAD, KIND_BUFFER

@@ -99,6 +99,7 @@ end
 
 local buf_ct = ffi.typeof("nl_lua_buf")
 
+-- b, when it is a buffer of this binding (freed or not); name nil means self.
 local function lbuf(b, name)
   if not ffi.istype(buf_ct, b) then
     util.failf("argument '%s' must be a buffer, got %s", name or "self", type(b))

@@ -67,13 +67,10 @@ local function field_names(struct)
   return table.concat(names, ", ")
 end
 
--- The table t (argument `what`) that the binding turns into the struct `struct`: string keys
--- that name its fields (a typo must not silently become a missing buffer), numbers of the
--- field's kind. Buffers are the binding's to check.
+-- The table t (named `what` in messages) that the binding turns into the struct `struct`:
+-- string keys that name its fields (a typo must not silently become a missing buffer),
+-- numbers of the field's kind. Buffers are the binding's to check.
 function M.struct(what, struct, t)
-  if type(t) ~= "table" then
-    util.failf("argument '%s' must be a table, got %s", what, type(t))
-  end
   for k, v in pairs(t) do
     if type(k) ~= "string" then
       util.failf("%s: keys must be strings, got %s", what, type(k))
