@@ -10,6 +10,7 @@
 -- cell is freed before the next cell, whatever happened.
 local core = require("normlab.binding")
 local buffer = require("normlab.buffer")
+local check = require("normlab.check")
 local compare = require("normlab.compare")
 local enums = require("normlab.enums")
 local ops = require("normlab.ops")
@@ -78,6 +79,14 @@ local function default_variants(op, pass, backend)
   return l
 end
 
+-- A flag of nl_bench_opts: true and false as 1 and 0, anything else for check.struct.
+local function flag(v)
+  if type(v) == "boolean" then
+    return v and 1 or 0
+  end
+  return v
+end
+
 local function parse(spec)
   if type(spec) ~= "table" then
     util.failf("bench: expected a table of options, got %s", type(spec))
@@ -132,9 +141,10 @@ local function parse(spec)
   if s.outputs ~= nil and s.outputs ~= "rotate" and s.outputs ~= "shared" then
     util.failf("bench: option 'outputs' must be rotate or shared, got %s", util.show(s.outputs))
   end
-  p.opts = {mode = util.choice("bench", "mode", s.mode, enums.mode, "rotate"), graph = s.graph,
+  p.opts = check.struct("opts", "nl_bench_opts", {
+    mode = util.choice("bench", "mode", s.mode, enums.mode, "rotate"), graph = flag(s.graph),
     batches = s.batches, reps = s.reps, warmup_ms = s.warmup_ms, batch_ms = s.batch_ms,
-    share_outputs = s.outputs == "shared"}
+    share_outputs = s.outputs == "shared" and 1 or 0})
   p.progress = s.progress
   return p
 end
@@ -358,7 +368,8 @@ return function(spec)
   end
   local meta = {device = p.device.name, device_info = p.device.info,
     roofline_gbps = p.device:roofline(), mode = enums.mode.name[p.opts.mode],
-    outputs = p.opts.share_outputs and "shared" or "rotate", graph = p.opts.graph == true, date = os.date("!%Y-%m-%dT%H:%M:%SZ"), version = core.version(),
-    binding = core.binding, settings = values}
+    outputs = p.opts.share_outputs ~= 0 and "shared" or "rotate",
+    graph = (p.opts.graph or 0) ~= 0, date = os.date("!%Y-%m-%dT%H:%M:%SZ"),
+    version = core.version(), binding = core.binding, settings = values}
   return require("normlab.report").new(sweep(p), meta)
 end

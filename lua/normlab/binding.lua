@@ -1,6 +1,6 @@
--- normlab.binding: the low-level binding of this Lua state, the Lua 5.4 C module normlab.core
--- or, under LuaJIT, the FFI binding normlab.ffi. Both offer the same interface (documented
--- at the top of lua/lnormlab.c). NORMLAB_BINDING=c|ffi forces one.
+-- normlab.binding: the low-level binding of this Lua state, the Lua 5.4 C module
+-- normlab.binding_c or, under LuaJIT, the FFI binding normlab.binding_ffi. Both offer the same
+-- interface (documented at the top of lua/binding_c.c). NORMLAB_BINDING=c|ffi forces one.
 local util = require("normlab.util")
 
 local luajit = type(rawget(_G, "jit")) == "table"
@@ -15,7 +15,7 @@ elseif want == "ffi" and not luajit then
   error("normlab: NORMLAB_BINDING=ffi needs LuaJIT", 0)
 end
 
-local core = require(want == "ffi" and "normlab.ffi" or "normlab.core")
+local core = require(want == "ffi" and "normlab.binding_ffi" or "normlab.binding_c")
 if util.prefix then
   core.lib_prefix(util.prefix)
 end

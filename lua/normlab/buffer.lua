@@ -1,8 +1,10 @@
--- normlab.buffer: devices and the Lua-side part of buffers (fields, conversions, element
--- access, printing). The binding owns the buffer object itself and its low-level methods;
--- this module extends the binding's Buffer and fields tables, which every buffer's __index
--- consults.
+-- normlab.buffer: devices and the Lua-side part of buffers (fields, filling, copies,
+-- conversions, element access, printing). The binding owns the buffer object itself and the
+-- methods that take no argument (free, freed, desc); this module extends the binding's
+-- Buffer and fields tables, which every buffer's __index consults, and checks what its
+-- methods hand on to the binding.
 local core = require("normlab.binding")
+local check = require("normlab.check")
 local enums = require("normlab.enums")
 local util = require("normlab.util")
 
@@ -157,7 +159,7 @@ end
 function Device:empty(shape, dtype, opts)
   local o = util.options("empty", opts, {"stride"})
   return core.buffer(self.backend, self.index, M.dtype("empty", dtype), M.shape("empty", shape),
-    o.stride)
+    o.stride ~= nil and check.integer(o.stride, "stride") or nil)
 end
 
 function Device:zeros(shape, dtype)
@@ -252,22 +254,64 @@ end
 
 ---- buffers: methods ----
 
--- Without a seed, the next one of the context; a freed buffer does not use one up.
+function Buffer:fill(v)
+  core.fill(self, check.number(v, "value"))
+  return self
+end
+
+-- The seed of a fill: the one given, else the next one of the context; a freed buffer does
+-- not use one up. Never negative: the C module would pass -1 as 2^64 - 1, LuaJIT as 2^63.
+local function seed_of(b, seed)
+  b:desc()
+  return seed == nil and core.next_seed() or check.integer(seed, "seed", "u64")
+end
+
 function Buffer:randn(opts)
   local o = util.options("randn", opts, {"seed", "mean", "std"})
-  self:desc()
-  local seed = o.seed or core.next_seed()
-  self:fill_randn(seed, o.mean or 0, o.std or 1)
+  local seed = seed_of(self, o.seed)
+  core.fill_randn(self, seed, check.number(o.mean or 0, "mean"), check.number(o.std or 1, "std"))
   seeds[self] = seed
   return self
 end
 
 function Buffer:uniform(opts)
   local o = util.options("uniform", opts, {"seed", "lo", "hi"})
-  self:desc()
-  local seed = o.seed or core.next_seed()
-  self:fill_uniform(seed, o.lo or 0, o.hi or 1)
+  local seed = seed_of(self, o.seed)
+  core.fill_uniform(self, seed, check.number(o.lo or 0, "lo"), check.number(o.hi or 1, "hi"))
   seeds[self] = seed
+  return self
+end
+
+-- copy_(src): src's values into this buffer (same shape), converted to its dtype.
+function Buffer:copy_(src)
+  core.copy(self, src)
+  return self
+end
+
+-- read(offset, count) -> the count values from flat element offset (0-based) on, as numbers.
+-- The binding makes room for count values before the core checks the range, so count is
+-- bounded here by the buffer's size.
+function Buffer:read(offset, count)
+  check.integer(offset, "offset")
+  check.integer(count, "count")
+  if count < 0 or count > self:desc().numel then
+    util.failf("read: bad count %d", count)
+  end
+  return core.read(self, offset, count)
+end
+
+-- write(offset, values): values (a list of numbers) from flat element offset (0-based) on.
+function Buffer:write(offset, values)
+  check.integer(offset, "offset")
+  if type(values) ~= "table" then
+    util.failf("argument 'values' must be a table, got %s", type(values))
+  end
+  for i = 1, #values do
+    if type(values[i]) ~= "number" then
+      util.failf("write: values[%d] must be a number, got %s", i, type(values[i]))
+    end
+  end
+  core.write(self, offset, values)
   return self
 end
 

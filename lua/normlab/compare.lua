@@ -3,6 +3,7 @@
 -- of any dtype (ULPs are counted in a's dtype), so nothing is copied here.
 local core = require("normlab.binding")
 local buffer = require("normlab.buffer")
+local check = require("normlab.check")
 local tolerance = require("normlab.tolerance")
 local util = require("normlab.util")
 
@@ -27,7 +28,7 @@ return function(a, ref, opts)
     local ta, tr = tolerance(a.dtype, "y")
     atol, rtol = atol or ta, rtol or tr
   end
-  local r = core.compare(a, ref, atol, rtol)
+  local r = core.compare(a, ref, check.number(atol, "atol"), check.number(rtol, "rtol"))
   r.worst = r.worst + 1
   r.ok = r.n_bad == 0
   r.atol, r.rtol = atol, rtol

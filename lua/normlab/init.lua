@@ -10,6 +10,7 @@
 -- normlab.tolerance, sweeps in normlab.bench.
 local core = require("normlab.binding")
 local buffer = require("normlab.buffer")
+local check = require("normlab.check")
 local ops = require("normlab.ops")
 local settings = require("normlab.settings")
 local util = require("normlab.util")
@@ -47,19 +48,38 @@ local nl = {
 -- nl.encode(dtype, values) -> bit patterns (each value rounded to the dtype as a store would),
 -- nl.decode(dtype, patterns) -> values, for the types of at most 32 bits:
 --   nl.encode("fp8e4m3", {1.5, 500}) --> {60, 126}    nl.decode("bf16", {0x3f80}) --> {1}
-local function raw(who, fn)
+-- Elements are numbers, never strings that read as numbers, and patterns integers below
+-- 2^bits.
+local function raw(who, fn, element)
   return function(dtype, list)
     if type(list) ~= "table" then
       util.failf("%s: expected a list, got %s", who, type(list))
     end
-    if dtype == "fp64" then
-      util.failf("%s: fp64 bit patterns do not fit a Lua number; use fp32, fp16, bf16 or fp8", who)
+    local dt = buffer.dtype(who, dtype)
+    local bits = 8 * core.dtype_size(dt)
+    if bits > 32 then
+      util.failf("%s: %s bit patterns do not fit a Lua number; use fp32, fp16, bf16 or fp8", who,
+        dtype)
     end
-    return fn(buffer.dtype(who, dtype), list)
+    for i = 1, #list do
+      element(who, i, list[i], bits)
+    end
+    return fn(dt, list)
   end
 end
-nl.encode = raw("encode", core.encode)
-nl.decode = raw("decode", core.decode)
+
+nl.encode = raw("encode", core.encode, function(who, i, v)
+  if type(v) ~= "number" then
+    util.failf("%s: element %d must be a number, got %s", who, i, type(v))
+  end
+end)
+
+nl.decode = raw("decode", core.decode, function(who, i, v, bits)
+  if type(v) ~= "number" or v ~= math.floor(v) or v < 0 or v >= 2 ^ bits then
+    util.failf("%s: element %d must be a %d-bit pattern, got %s", who, i, bits,
+      type(v) == "number" and tostring(v) or type(v))
+  end
+end)
 
 -- nl.seed(s): restarts the context's seed counter, from which randn and uniform draw when no
 -- seed is given, so that a whole script becomes reproducible.
@@ -67,7 +87,7 @@ function nl.seed(s)
   if type(s) ~= "number" or s < 0 or s ~= math.floor(s) then
     util.failf("seed: expected an integer >= 0, got %s", tostring(s))
   end
-  core.set_seed(s)
+  core.set_seed(check.integer(s, "seed", "u64"))
 end
 
 return nl

@@ -7,6 +7,7 @@
 -- fails, so bad input leaves no trace.
 local core = require("normlab.binding")
 local buffer = require("normlab.buffer")
+local check = require("normlab.check")
 local enums = require("normlab.enums")
 local util = require("normlab.util")
 
@@ -36,17 +37,18 @@ local function reduce_names(mask)
   return list
 end
 
+-- Each entry is the binding's nl_variant_desc with the enum-valued fields as names.
 function M.variants(filter)
   local f = util.options("variants", filter, {"op", "pass", "backend"})
   local list = {}
   for _, v in ipairs(variants_raw()) do
-    local backend = enums.backend.name[v.backend]
-    if (f.op == nil or f.op == v.op) and (f.pass == nil or f.pass == v.pass)
-        and (f.backend == nil or f.backend == backend) then
-      list[#list + 1] = {name = v.name, op = v.op, pass = v.pass, strategy = v.strategy,
-        backend = backend, reduces = reduce_names(v.reduces),
-        default_reduce = enums.reduce.name[v.default_reduce], summary = v.summary,
-        limits = v.limits}
+    local e = util.copy(v)
+    e.backend = enums.backend.name[v.backend]
+    e.reduces = reduce_names(v.reduces)
+    e.default_reduce = enums.reduce.name[v.default_reduce]
+    if (f.op == nil or f.op == e.op) and (f.pass == nil or f.pass == e.pass)
+        and (f.backend == nil or f.backend == e.backend) then
+      list[#list + 1] = e
     end
   end
   return list
@@ -85,41 +87,45 @@ end
 
 ---- low level ----
 
--- A copy of a user's args table with cast and reduce given by name turned into values.
+-- A checked copy of a user's args table (the fields of nl_norm_args), with cast and reduce
+-- given by name turned into values.
 local function low_args(who, args)
   if type(args) ~= "table" then
     util.failf("%s: args must be a table, got %s", who, type(args))
   end
-  local a = {}
-  for k, v in pairs(args) do
-    a[k] = v
-  end
+  local a = util.copy(args)
   if type(a.cast) == "string" then
     a.cast = util.choice(who, "cast", a.cast, enums.cast)
   end
   if type(a.reduce) == "string" then
     a.reduce = util.choice(who, "reduce", a.reduce, enums.reduce)
   end
-  return a
+  return check.struct("args", "nl_norm_args", a)
 end
 
+-- The binding's nl_run_info with the enum-valued fields as names and deterministic as a
+-- boolean; every other field as it is.
 function M.info_table(i)
-  return {variant = i.variant, backend = enums.backend.name[i.backend],
-    reduce = enums.reduce.name[i.reduce], deterministic = i.deterministic ~= 0, grid = i.grid,
-    block = i.block, cluster = i.cluster, bytes = i.bytes, extra_bytes = i.extra_bytes,
-    workspace_bytes = i.workspace_bytes, kernel = i.kernel}
+  local t = util.copy(i)
+  t.backend = enums.backend.name[i.backend]
+  t.reduce = enums.reduce.name[i.reduce]
+  t.deterministic = i.deterministic ~= 0
+  return t
 end
 
 function M.run(name, args)
-  return M.info_table(core.run(name, low_args("run", args)))
+  args = low_args("run", args)
+  return M.info_table(core.run(check.string(name, "variant"), args))
 end
 
 function M.supports(name, args)
-  return core.supports(name, low_args("supports", args))
+  args = low_args("supports", args)
+  return core.supports(check.string(name, "variant"), args)
 end
 
 function M.resolve(name, args)
-  return core.resolve(name, low_args("resolve", args))
+  args = low_args("resolve", args)
+  return core.resolve(check.string(name, "variant"), args)
 end
 
 ---- option helpers ----

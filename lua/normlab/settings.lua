@@ -11,29 +11,37 @@ local function value_of(v, integer)
 end
 
 -- nl.settings([device]): every setting with its value and default on device (default: the
--- default device), whose GPU model may change the defaults (origin names the model).
+-- default device), whose GPU model may change the defaults (origin names the model). Each is
+-- the binding's nl_setting_desc with def as `default`, integer as a boolean and the numbers
+-- (its f64 fields) of an integer setting as integers.
 function M.list(device)
   local list = {}
   local raw = device ~= nil and core.settings(device.backend, device.index) or core.settings()
   for i, s in ipairs(raw) do
-    local int = s.integer ~= 0
-    list[i] = {key = s.key, value = value_of(s.value, int), default = value_of(s.def, int),
-      origin = s.origin, builtin = value_of(s.builtin, int), min = value_of(s.min, int),
-      max = value_of(s.max, int), integer = int, doc = s.doc}
+    local e = util.copy(s)
+    e.integer = s.integer ~= 0
+    for _, f in ipairs(core.structs.nl_setting_desc) do
+      if f.kind == "f64" then
+        e[f.name] = value_of(s[f.name], e.integer)
+      end
+    end
+    e.default, e.def = e.def, nil
+    list[i] = e
   end
   return list
 end
 
--- The defaults that differ by GPU model ({model =, key =, value =}, in the core's order):
--- launches on a GPU whose name contains the model take them, unless nl.set gave the setting
--- a value.
+-- The defaults that differ by GPU model (the binding's nl_model_default: model, key, value,
+-- in the core's order): launches on a GPU whose name contains the model take them, unless
+-- nl.set gave the setting a value.
 function M.model_defaults()
   local list, ints = {}, {}
   for _, s in ipairs(M.list()) do
     ints[s.key] = s.integer
   end
   for i, m in ipairs(core.model_defaults()) do
-    list[i] = {model = m.model, key = m.key, value = value_of(m.value, ints[m.key])}
+    list[i] = util.copy(m)
+    list[i].value = value_of(m.value, ints[m.key])
   end
   return list
 end

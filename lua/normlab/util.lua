@@ -1,5 +1,5 @@
 -- normlab.util: what the library modules and the FFI binding share: errors that point at the
--- user's line, option-table checks, enum arguments, value formatting.
+-- user's line, option-table checks, enum arguments, value formatting, table copies.
 local M = {}
 
 -- "@/path/to/lua/normlab/": chunks whose name starts with this are the library's own. Errors
@@ -47,6 +47,15 @@ function M.show(v)
     return "{" .. table.concat(parts, ", ") .. "}"
   end
   return tostring(v)
+end
+
+-- A shallow copy of t.
+function M.copy(t)
+  local c = {}
+  for k, v in pairs(t) do
+    c[k] = v
+  end
+  return c
 end
 
 -- Checks that every key of the options table `opts` (nil allowed) is in the list `allowed`,

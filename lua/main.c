@@ -1,5 +1,5 @@
 /*
- * normlab.c: the `normlab` executable, a Lua 5.4 interpreter with normlab built in.
+ * main.c: the `normlab` executable, a Lua 5.4 interpreter with normlab built in.
  *
  * Modelled on Lua's own lua.c: everything runs inside a protected main (pmain), so a Lua error
  * never escapes as a crash; every chunk runs through docall (traceback message handler and a
@@ -7,7 +7,7 @@
  * freed while the CUDA runtime is still alive (its own teardown runs from atexit, after main).
  *
  * On top of lua.c: the package paths of the build and source trees (compiled in and relative
- * to the executable), normlab.core preloaded, --device, --list, --version, and a REPL with
+ * to the executable), normlab.binding_c preloaded, --device, --list, --version, and a REPL with
  * readline, continuation lines, value printing, and Ctrl-C that clears the prompt line or
  * stops the running command, long C calls included (through nl_ctx_interrupt).
  */
@@ -53,8 +53,8 @@
 #define HISTORY_FILE ".normlab_history"
 #define HISTORY_MAX 1000
 
-/* The Lua 5.4 binding, lua/lnormlab.c, compiled into this executable. */
-int luaopen_normlab_core(lua_State *L);
+/* The Lua 5.4 binding, lua/binding_c.c, compiled into this executable. */
+int luaopen_normlab_binding_c(lua_State *L);
 
 static const char *progname = "normlab";
 
@@ -152,11 +152,11 @@ static void fetch_ctx(lua_State *L)
   lua_pop(L, 1);
 }
 
-/* package.preload["normlab.core"]. The binding creates the context as it loads, so the
+/* package.preload["normlab.binding_c"]. The binding creates the context as it loads, so the
  * command that first requires normlab can already be interrupted inside C. */
-static int open_core(lua_State *L)
+static int open_binding(lua_State *L)
 {
-  int n = luaopen_normlab_core(L);
+  int n = luaopen_normlab_binding_c(L);
   fetch_ctx(L);
   return n;
 }
@@ -587,11 +587,11 @@ static void set_paths(lua_State *L)
   lua_concat(L, 2);
   lua_setfield(L, pkg, "cpath");
 
-  /* The binding is linked into this executable: preload wins over a core.so on cpath,
+  /* The binding is linked into this executable: preload wins over a binding_c.so on cpath,
    * so the module and the library are always the ones built together. */
   lua_getfield(L, pkg, "preload");
-  lua_pushcfunction(L, open_core);
-  lua_setfield(L, -2, "normlab.core");
+  lua_pushcfunction(L, open_binding);
+  lua_setfield(L, -2, "normlab.binding_c");
   lua_settop(L, pkg - 1);
 }
 
