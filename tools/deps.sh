@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks what `make run` and `make test` need; as root on Debian, installs what is missing,
 # otherwise prints the exact apt line. Lua may also come from a private prefix on PATH (as on
-# the GPU machine, see ../shared/gpu/README.md): the check is by command, not by package.
+# a machine without a package registry): the check is by command, not by package.
 set -u
 pkgs="lua5.4 liblua5.4-dev luajit libluajit-5.1-dev lua-busted lua-argparse lua-cjson libreadline-dev cmake"
 need=0

@@ -1,4 +1,4 @@
--- normlab.bench: nl.bench{...} -> Result, the sweep harness of notes/lua-api.md.
+-- normlab.bench: nl.bench{...} -> Result, the sweep harness of docs/lua-api.md.
 --
 -- For each cell (dtype, M, N) the inputs are allocated once on the device (seeded randn) and
 -- shared by every variant, so variants are compared on the same data. Each variant is then

@@ -1,4 +1,4 @@
--- normlab: the public Lua API (notes/lua-api.md), the same under Lua 5.4 with the C module
+-- normlab: the public Lua API (docs/lua-api.md), the same under Lua 5.4 with the C module
 -- and under LuaJIT with the FFI binding (normlab.binding picks one).
 --
 --   local nl = require("normlab")

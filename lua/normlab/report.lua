@@ -1,6 +1,6 @@
 -- normlab.report: the Result of nl.bench, and its renderings.
 --
---   local r = report.new(rows, meta)      -- rows and meta as in notes/lua-api.md, "Benchmarks"
+--   local r = report.new(rows, meta)      -- rows and meta as in docs/lua-api.md, "Benchmarks"
 --   r:print{speedup = {"persistent", "row"}}  -- wide table on stdout (or opts.file); returns it
 --   r:text(opts), r:markdown(opts)         -- the same table as a string / GitHub markdown
 --   r:csv(path), r:json(path), r:svg(path) -- path optional; each returns the text it wrote
