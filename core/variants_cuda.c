@@ -1,9 +1,10 @@
 /*
  * variants_cuda.c: the CUDA entries of the registry (empty when built without CUDA), a line
  * per strategy; the kernels are the strategy tables of kernels/cuda/norm_fwd.cu and
- * norm_bwd.cu, found by name. add_rmsnorm runs the RMSNorm kernels with the residual add
- * (forward) or the residual gradient (backward) switched on, so both ops list the same
- * strategies and settings. The `auto` resolvers read the dispatch settings (settings.c).
+ * norm_bwd.cu, found by name. Every op runs the same kernel family: add_rmsnorm the RMSNorm
+ * kernels with the residual add (forward) or the residual gradient (backward) switched on,
+ * LayerNorm their LayerNorm instances; so the ops list the same strategies and take the same
+ * rmsnorm.* settings. The `auto` resolvers read the dispatch settings (settings.c).
  */
 #include "registry.h"
 
@@ -65,9 +66,9 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
 #define BR_LIMITS "N <= 2048 (bf16/fp16) or 1024 (fp32) with 16-byte packs, 256 / 256 without"
 #define AUTO_LIMITS "as the variant it picks"
 
-#define RMS_ENTRIES(O, OP)                                                                        \
-  FWD(O, OP, "row", NULL, "one CTA per row, row held in registers (read twice, the second time "  \
-      "from L1, from rmsnorm.fwd.reload_min_n columns)", LIMITS),                                 \
+#define NORM_ENTRIES(O, OP)                                                                        \
+  FWD(O, OP, "row", NULL, "one CTA per row, row held in registers (RMSNorm: read twice, the "     \
+      "second time from L1, from rmsnorm.fwd.reload_min_n columns)", LIMITS),                     \
   FWD(O, OP, "blockrow", NULL, "a warp or less per row, rmsnorm.fwd.blockrow_block threads per "  \
       "CTA, shuffle reductions only", BR_LIMITS),                                                 \
   FWD(O, OP, "persistent", NULL, "grid = SMs x resident CTAs striding over rows, weight in "      \
@@ -97,8 +98,9 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
       "requested reduction steers it to a variant that has one", AUTO_LIMITS)
 
 const nl_variant nl__cuda_variants[] = {
-  RMS_ENTRIES("rmsnorm", NL_OP_RMSNORM),
-  RMS_ENTRIES("add_rmsnorm", NL_OP_ADD_RMSNORM),
+  NORM_ENTRIES("rmsnorm", NL_OP_RMSNORM),
+  NORM_ENTRIES("layernorm", NL_OP_LAYERNORM),
+  NORM_ENTRIES("add_rmsnorm", NL_OP_ADD_RMSNORM),
 };
 
 const int nl__cuda_variant_count = (int)(sizeof nl__cuda_variants / sizeof nl__cuda_variants[0]);

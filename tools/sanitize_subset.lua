@@ -1,6 +1,6 @@
 -- A representative subset of the CUDA kernels for compute-sanitizer (memcheck, racecheck):
--- every registered CUDA strategy of rmsnorm and add_rmsnorm (auto aside: it runs one of the
--- others), forward and backward, on shapes that reach each code
+-- every registered CUDA strategy of rmsnorm, add_rmsnorm and layernorm (auto aside: it runs
+-- one of the others), forward and backward, on shapes that reach each code
 -- path (vector and scalar packs, one and several rows per CTA, the looping kernels, the
 -- backward's split path with several rows per chunk (64 x 40000 bf16), the fused grid
 -- reduction, clusters summing dW in distributed shared memory or sharing rows, the cp.async
@@ -95,6 +95,67 @@ for _, pass in ipairs(passes) do
         b:free()
       end
       runs = runs + 7
+      -- LayerNorm: every strategy with weight and bias, weight alone, bias alone (dB beside dW
+      -- in the partial rows, or alone), each reduction; then the settings-steered paths once
+      local lx = dev:randn({M, N}, dtype, {seed = 5})
+      local ldy = dev:randn({M, N}, dtype, {seed = 6})
+      local lw = dev:randn({N}, case[2], {seed = 7, mean = 1, std = 0.1})
+      local lb = dev:randn({N}, case[2], {seed = 8})
+      local ldx = dev:empty({M, N}, dtype)
+      local _, mean, lrstd = nl.layernorm(lx, lw, lb, {variant = "row"})
+      for _, affine in ipairs({{lw, lb}, {lw, nil}, {nil, lb}}) do
+        local aw, bias = affine[1], affine[2]
+        for _, v in ipairs(strategies("layernorm", "fwd")) do
+          if nl.supports("layernorm.fwd." .. v, {x = lx, w = aw, b = bias, y = ldy, eps = 1e-5}) then
+            local y, m, r = nl.layernorm(lx, aw, bias, {variant = v})
+            y:free(); m:free(); r:free()
+            runs = runs + 1
+          end
+        end
+        for _, v in ipairs(strategies("layernorm", "bwd")) do
+          for _, reduce in ipairs({"default", "atomic"}) do
+            local args = {dy = ldy, x = lx, w = aw, b = bias, mean = mean, rstd = lrstd, dx = ldx,
+              dw = aw and aw:to(dev), db = bias and bias:to(dev), reduce = reduce}
+            if nl.supports("layernorm.bwd." .. v, args) then
+              local dx, dw, db = nl.layernorm_bwd(ldy, lx, aw, bias, mean, lrstd, {variant = v, reduce = reduce})
+              dx:free(); if dw then dw:free() end; if db then db:free() end
+              runs = runs + 1
+            end
+            if args.dw then args.dw:free() end
+            if args.db then args.db:free() end
+          end
+        end
+      end
+      local ldyc = ldy:to(dev)
+      local outs = {ldyc}
+      local function keep(...)
+        for i = 1, select("#", ...) do
+          outs[#outs + 1] = select(i, ...)
+        end
+        runs = runs + 1
+      end
+      keep(select(2, nl.layernorm_bwd(ldyc, lx, lw, lb, mean, lrstd, {variant = "persistent", inplace = true})))
+      nl.set("rmsnorm.bwd.fused_reduce", 1)
+      keep(nl.layernorm_bwd(ldy, lx, lw, lb, mean, lrstd, {variant = "persistent"}))
+      nl.set("rmsnorm.bwd.fused_reduce", 0)
+      nl.set("rmsnorm.bwd.cluster", 4)
+      keep(nl.layernorm_bwd(ldy, lx, lw, lb, mean, lrstd, {variant = "persistent"}))
+      nl.set("rmsnorm.bwd.cluster", 1)
+      nl.set("rmsnorm.bwd.share_n", 512)
+      nl.set("rmsnorm.bwd.fp32_share_n", 512)
+      nl.set("rmsnorm.bwd.share_max", 8)
+      keep(nl.layernorm_bwd(ldy, lx, lw, lb, mean, lrstd, {variant = "persistent"}))
+      keep(nl.layernorm_bwd(ldy, lx, nil, lb, mean, lrstd, {variant = "partials", reduce = "default"}))
+      nl.set("rmsnorm.bwd.share_n", defaults.n)
+      nl.set("rmsnorm.bwd.fp32_share_n", defaults.fp32)
+      nl.set("rmsnorm.bwd.share_max", defaults.max)
+      dev:sync()
+      for _, b in ipairs(outs) do
+        b:free()
+      end
+      for _, b in ipairs({lx, ldy, lw, lb, ldx, mean, lrstd}) do
+        b:free()
+      end
     end
   end
 end

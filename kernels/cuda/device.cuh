@@ -189,11 +189,20 @@ __device__ __forceinline__ void load_row(const void *base, int64_t row, int64_t 
       out[i] = load<T, VEC, STREAM>(base, row, stride, lane + i * G);
 }
 
+/* Sums of one value (float) or of two at once (float2: LayerNorm's backward reduces two row
+ * sums together, through the same shuffles and barrier). */
+__device__ __forceinline__ float2 operator+(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
+__device__ __forceinline__ float shfl_xor(float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ float2 shfl_xor(float2 v, int o)
+{
+  return make_float2(shfl_xor(v.x, o), shfl_xor(v.y, o));
+}
+
 /* Sum over aligned groups of `width` lanes (a power of two <= 32); every lane gets the sum. */
-__device__ __forceinline__ float group_sum(float v, int width)
+template <typename V> __device__ __forceinline__ V group_sum(V v, int width)
 {
   for (int o = width >> 1; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = v + shfl_xor(v, o);
   return v;
 }
 
@@ -205,7 +214,7 @@ __device__ __forceinline__ float group_sum(float v, int width)
  * between two slots, so slot p is rewritten only after every warp has passed the barrier of
  * the next call. Butterfly partners add the same two values, so every thread of a group
  * gets a bit-identical sum. */
-__device__ __forceinline__ float group_reduce(float v, int G, float (*red)[32], int &parity)
+template <typename V> __device__ __forceinline__ V group_reduce(V v, int G, V (*red)[32], int &parity)
 {
   if (G <= 32)
     return group_sum(v, G);
@@ -255,15 +264,17 @@ __device__ __forceinline__ void unpack(const Pack<T, VEC> &p, float (&f)[VEC])
   }
 }
 
-/* The VEC weights of pack v as fp32 (offset added; 1 when non-affine), in 16-byte loads
- * through the read-only path: every row re-reads the same columns, so they stay in L1. */
+/* The VEC weights of pack v as fp32 (offset added; `absent` when there is no weight: 1 for a
+ * weight, 0 for a bias), in 16-byte loads through the read-only path: every row re-reads the
+ * same columns, so they stay in L1. */
 template <typename T, int VEC>
-__device__ __forceinline__ void load_w(const void *w, int wf32, float offset, int v, float (&out)[VEC])
+__device__ __forceinline__ void load_w(const void *w, int wf32, float offset, int v, float (&out)[VEC],
+                                       float absent = 1.f)
 {
   if (!w) {
 #pragma unroll
     for (int j = 0; j < VEC; j++)
-      out[j] = 1.f;
+      out[j] = absent;
   } else if (wf32) {
     const Pack<float, VEC> p = reinterpret_cast<const Pack<float, VEC> *>(w)[v];
 #pragma unroll
@@ -356,12 +367,13 @@ __device__ __forceinline__ void copy_wait(int pending)
 }
 
 /* A thread's private slots in a pipelined kernel's shared memory: for each of `stages` rows
- * in flight, one pack per item of each of `streams` inputs, then one float per stage (the
- * backward's rstd). Laid out [stage][stream][item][thread], so a warp's copies fill
- * consecutive addresses; only the thread that copies a slot reads it, so no barrier guards
- * the slots (cp.async.wait_group makes a thread's own copies visible to it). The host sizes
- * it with staging_cost (plan.cuh). */
-template <typename P, int ITEMS> struct Staging {
+ * in flight, one pack per item of each of `streams` inputs, then SCALARS floats per stage
+ * (the backward's rstd and, for LayerNorm, mean). Laid out [stage][stream][item][thread],
+ * then [stage][scalar][thread], so a warp's copies fill consecutive addresses; only the
+ * thread that copies a slot reads it, so no barrier guards the slots
+ * (cp.async.wait_group makes a thread's own copies visible to it). The host sizes it with
+ * staging_cost (plan.cuh). */
+template <typename P, int ITEMS, int SCALARS = 1> struct Staging {
   P *packs;
   float *floats;
   int stages, streams;
@@ -374,7 +386,10 @@ template <typename P, int ITEMS> struct Staging {
   {
     return packs + ((stage * streams + stream) * ITEMS + item) * blockDim.x + threadIdx.x;
   }
-  __device__ float *scalar(int stage) const { return floats + stage * blockDim.x + threadIdx.x; }
+  __device__ float *scalar(int stage, int k = 0) const
+  {
+    return floats + (stage * SCALARS + k) * blockDim.x + threadIdx.x;
+  }
 };
 
 /* Grid-wide barrier for cooperative launches (all CTAs co-resident). sync[0] counts

@@ -1,7 +1,10 @@
 /*
- * norm_bwd.cu: the backward family. dx from dy, x, w and the saved rstd, and dW summed over
- * rows; add_rmsnorm's backward (x is the forward's residual_out h) adds the gradient arriving
- * at residual_out into dx. The ops differ only where their math does (grad(), dres).
+ * norm_bwd.cu: the backward family. dx from dy, x, w and the saved rstd (LayerNorm: and mean),
+ * dW (LayerNorm: and dB) summed over rows; add_rmsnorm's backward (x is the forward's
+ * residual_out h) adds the gradient arriving at residual_out into dx. The ops differ only
+ * where their math does: the row sums (RMSNorm: sum(dy W xhat); LayerNorm: sum(dy W) too,
+ * reduced together as a float2), grad() and the bias gradient, summed beside dW (the Norm
+ * template parameter); dres.
  *
  * Strategies (nlk_cuda_bwd, at the end) and the row mappings they run as (plan.cuh):
  *   row         CTA: one CTA per row; each row's dW contribution goes to an M x N fp32
@@ -21,7 +24,9 @@
  * are shared by the CTAs of a cluster, which exchange each row's sum through distributed
  * shared memory. Rows wider than registers hold otherwise run LOOP (the row read twice) or,
  * for 16-bit rows from rmsnorm.bwd.split_min_n and any row whose dW outgrows shared memory,
- * SPLIT: a row kernel and a column kernel. Every reduction sums in a fixed order, so results
+ * SPLIT: a row kernel and a column kernel. The dW (and dB) partial rows are pw floats wide: dW
+ * at column 0, dB at column db_at (N, or 0 without dW), so one reduce kernel sums both.
+ * The rmsnorm.bwd.* settings steer LayerNorm's kernels too. Every reduction sums in a fixed order, so results
  * are bitwise reproducible; the `atomic` reduction (fp32 atomicAdd into an accumulator) is
  * not. dx may overwrite dy in place: each thread reads its packs of a row before writing
  * them.
@@ -38,16 +43,17 @@ namespace nlk {
 
 struct BwdArgs {
   const void *x, *dy, *dres, *w;
-  void *dx, *dw;
-  const float *rstd;
-  float *partials;  /* [grid][N] (row: [M][N]); NULL when dW is not reduced through them */
-  float *accum;     /* atomic reduction: [N] fp32, zeroed before the launch */
-  float *rowc;      /* split: [M] per-row sum(dy * W * xhat) / N */
+  void *dx, *dw, *db;
+  const float *rstd, *mean;
+  float *partials;  /* [grid][pw] (row: [M][pw]); NULL when dW and dB are not reduced through them */
+  float *accum;     /* atomic reduction: [pw] fp32, zeroed before the launch */
+  float *rowc;      /* split: [M][sums] per-row means of the row sums (RowSum) */
   unsigned int *sync;
   int64_t sx, sdy, sdres, sdx;
   int64_t M, chunk; /* chunk > 0: CTA b (split: CTA row b) owns rows [b*chunk, (b+1)*chunk) */
-  int N, group, wf32, cast, fused, dw_f32, stages, pdl;
-  int acc_smem;     /* looping kernel: dW accumulates in shared memory (N floats) */
+  int N, group, wf32, cast, fused, dw_f32, db_f32, stages, pdl;
+  int pw, db_at;    /* partial rows: floats per row, and dB's first column */
+  int acc_smem;     /* looping kernel: dW (dB) accumulates in shared memory (pw floats) */
   int cluster;      /* pipelined kernel: CTAs per cluster, one partial row each cluster */
   float offset;
 };
@@ -55,12 +61,13 @@ struct BwdArgs {
 /* The largest block per row mapping (CTA: row, WARP: blockrow, STRIDE: the pipelined kernel)
  * and items, from ptxas's register counts for bf16 (the hungriest dtype) so that nothing
  * spills; 0: no kernel with that many packs. STRIDE holds the weight and dW (2 x VEC floats
- * per item) on top of the packs. */
-constexpr BlockLimits bwd_limits(Rows rows)
+ * per item) on top of the packs, LayerNorm's dB too: half the threads at 4 packs. */
+constexpr BlockLimits bwd_limits(Rows rows, Norm norm)
 {
   return rows == Rows::CTA    ? BlockLimits{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 0}
          : rows == Rows::WARP ? BlockLimits{{1024, 512, 512, 256}, {1, 1, 1, 1}, 0}
-                              : BlockLimits{{1024, 512, 512, 0}, {1, 1, 1, 1}, 0};
+         : norm == Norm::RMS  ? BlockLimits{{1024, 512, 512, 0}, {1, 1, 1, 1}, 0}
+                              : BlockLimits{{1024, 512, 256, 0}, {1, 1, 1, 1}, 0};
 }
 
 /* ROW_SHARE's exchange: at most this many rows per CTA, and CTAs per cluster. */
@@ -74,8 +81,8 @@ enum { SPLIT_BLOCK = 256 };
  * C holding columns [q N/C, (q+1) N/C) and the row's sum exchanged (cluster_row_sum). */
 enum ClusterUse { SOLO, DW_SUM, ROW_SHARE };
 
-/* Everything that selects a backward kernel besides the dtype and the pack width (SPLIT:
- * the row-reduction kernel when row_pass, else the column kernel). */
+/* Everything that selects a backward kernel besides the dtype, the pack width and the norm
+ * (SPLIT: the row-reduction kernel when row_pass, else the column kernel). */
 struct BwdKernel {
   Rows rows;
   int items;
@@ -83,9 +90,12 @@ struct BwdKernel {
   bool row_pass;
 };
 
-/* The kernel for a key, from the translation unit that instantiates T and VEC; NULL when no
- * kernel has that layout. */
-template <typename T, int VEC> const void *bwd_kernel(const BwdKernel &key);
+/* The kernel for a key, from the translation unit that instantiates T, VEC and NORM; NULL
+ * when no kernel has that layout. */
+template <typename T, int VEC, Norm NORM> const void *bwd_kernel(const BwdKernel &key);
+
+/* A row's sums: sum(dy W xhat); LayerNorm's (x) sum(dy W) and (y) sum(dy W xhat). */
+template <Norm NORM> using RowSum = std::conditional_t<NORM == Norm::LN, float2, float>;
 
 /* ---- The kernels, compiled once per dtype and pack width (NLK_INSTANCE) ---- */
 
@@ -93,13 +103,17 @@ template <typename T, int VEC> const void *bwd_kernel(const BwdKernel &key);
 
 namespace {
 
+/* Column col of the partial rows, summed: dW's, or from db_at on dB's. */
 template <typename T>
-__device__ __forceinline__ void store_dw(void *dw, int dw_f32, int col, float v)
+__device__ __forceinline__ void store_grad(const BwdArgs &a, int col, float v)
 {
-  if (dw_f32)
-    static_cast<float *>(dw)[col] = v;
+  const bool b = a.db && col >= a.db_at;
+  void *out = b ? a.db : a.dw;
+  col -= b ? a.db_at : 0;
+  if (b ? a.db_f32 : a.dw_f32)
+    static_cast<float *>(out)[col] = v;
   else
-    static_cast<T *>(dw)[col] = from_f<T>(v);
+    static_cast<T *>(out)[col] = from_f<T>(v);
 }
 
 /* After a grid barrier: CTA b sums the partials of its slice of columns over all CTAs, in
@@ -107,22 +121,22 @@ __device__ __forceinline__ void store_dw(void *dw, int dw_f32, int col, float v)
 template <typename T>
 __device__ void reduce_slice(const BwdArgs &a, float *red)
 {
-  const int nb = gridDim.x, cs = (a.N + nb - 1) / nb;
-  const int c0 = blockIdx.x * cs, c1 = min(a.N, c0 + cs);
+  const int nb = gridDim.x, cs = (a.pw + nb - 1) / nb;
+  const int c0 = blockIdx.x * cs, c1 = min(a.pw, c0 + cs);
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, ny = blockDim.x >> 5;
   for (int ct = c0; ct < c1; ct += 32) {
     const int col = ct + tx;
     float acc = 0.f;
     if (col < c1)
       for (int p = ty; p < nb; p += ny)
-        acc += __ldcg(a.partials + (int64_t)p * a.N + col);
+        acc += __ldcg(a.partials + (int64_t)p * a.pw + col);
     red[ty * 32 + tx] = acc;
     __syncthreads();
     if (ty == 0 && col < c1) {
       float sum = 0.f;
       for (int y = 0; y < ny; y++)
         sum += red[y * 32 + tx];
-      store_dw<T>(a.dw, a.dw_f32, col, sum);
+      store_grad<T>(a, col, sum);
     }
     __syncthreads();
   }
@@ -145,43 +159,89 @@ __device__ __forceinline__ void put_floats(float *row, int v, const float (&c)[V
   }
 }
 
-template <typename T, int VEC, int ITEMS>
+/* What a row's gradients take besides its elements: rstd r, LayerNorm's mean mu, and the
+ * means of the row sums: cx of dy W xhat, LayerNorm's cg of dy W (0 for RMSNorm). */
+struct RowG {
+  float r, mu, cx, cg;
+};
+
+template <Norm NORM>
+__device__ __forceinline__ RowG row_g(float r, float mu, RowSum<NORM> s, float inv_n)
+{
+  if constexpr (NORM == Norm::LN)
+    return RowG{r, mu, s.y * inv_n, s.x * inv_n};
+  else
+    return RowG{r, 0.f, s * inv_n, 0.f};
+}
+
+template <typename T, int VEC, int ITEMS, Norm NORM>
 __device__ __forceinline__ void load_in(const BwdArgs &a, int64_t row, int lane, int G, int nvec,
-                                        Pack<T, VEC> (&xv)[ITEMS], Pack<T, VEC> (&gv)[ITEMS], float &r)
+                                        Pack<T, VEC> (&xv)[ITEMS], Pack<T, VEC> (&gv)[ITEMS], float &r,
+                                        float &mu)
 {
   load_row<T, VEC, ITEMS>(a.x, row, a.sx, lane, G, nvec, xv);
   load_row<T, VEC, ITEMS>(a.dy, row, a.sdy, lane, G, nvec, gv);
   r = a.rstd[row];
+  if (NORM == Norm::LN)
+    mu = a.mean[row];
 }
 
-/* One element's gradients: returns dx = r * (dy * W - xhat * c), plus the residual gradient d
- * when add_rmsnorm has one, and sets dW's contribution dy * xhat, xhat rounded to T as the
- * forward used it (except in gemma mode). */
-template <typename T>
-__device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float W, float r, float c,
-                                      float d, float &contrib)
+/* Adds one element's terms to the row sums s: dy W x (times r later: RMSNorm), LayerNorm's dy W
+ * and dy W (x - mu). */
+template <Norm NORM>
+__device__ __forceinline__ void add_terms(RowSum<NORM> &s, float dy, float W, float x, float mu)
 {
-  const float xh = x * r;
-  float dx = r * (dy * W - xh * c);
-  if (a.dres)
-    dx += d;
-  contrib = dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
-  return dx;
+  if constexpr (NORM == Norm::LN) {
+    s.x += dy * W;
+    s.y += dy * W * (x - mu);
+  } else {
+    s += dy * W * x;
+  }
 }
 
-/* One row: s = sum(dy * W * xhat) reduced over the group by reduce(s) (every thread of the
- * CTA calls this the same number of times), dx = r * (dy * W - xhat * s / N) (+ the dres
- * pack that dres_of(item, pack) gives), and the row's dW contribution dy * xhat (xhat
- * rounded to T as the forward used it, except in gemma mode) handed to take(item, pack,
- * contribution). */
-template <typename T, int VEC, int ITEMS, typename Reduce, typename Dres, typename Take>
+/* The thread's row sums scaled by rstd: the xhat = (x - mu) r in them. */
+template <Norm NORM> __device__ __forceinline__ RowSum<NORM> scaled(RowSum<NORM> s, float r)
+{
+  if constexpr (NORM == Norm::LN)
+    return make_float2(s.x, s.y * r);
+  else
+    return s * r;
+}
+
+/* One element's gradients: returns dx = r * (dy * W - xhat * cx) (LayerNorm: - cg too), plus
+ * the residual gradient d when add_rmsnorm has one, and sets dW's contribution dy * xhat
+ * (RMSNorm: xhat rounded to T as the forward used it, except in gemma mode) and dB's, dy. */
+template <typename T, Norm NORM>
+__device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float W, const RowG &g,
+                                      float d, float &contrib, float &contrib_b)
+{
+  contrib_b = dy;
+  if constexpr (NORM == Norm::LN) {
+    const float xh = (x - g.mu) * g.r;
+    contrib = dy * xh;
+    return g.r * (dy * W - g.cg - xh * g.cx);
+  } else {
+    const float xh = x * g.r;
+    float dx = g.r * (dy * W - xh * g.cx);
+    if (a.dres)
+      dx += d;
+    contrib = dy * (a.cast == NLK_CAST_GEMMA ? xh : round_to<T>(xh));
+    return dx;
+  }
+}
+
+/* One row: its sums (RowSum) reduced over the group by reduce(s) (every thread of the CTA
+ * calls this the same number of times), dx = r * (dy * W - xhat * cx) (LayerNorm: - cg; plus
+ * the dres pack that dres_of(item, pack) gives), and the row's dW and dB contributions
+ * (dy * xhat, dy) handed to take(item, pack, dW's, dB's). */
+template <typename T, int VEC, int ITEMS, Norm NORM, typename Reduce, typename Dres, typename Take>
 __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool active, int lane,
                                         int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
-                                        Pack<T, VEC> (&gv)[ITEMS], float r,
+                                        Pack<T, VEC> (&gv)[ITEMS], float r, float mu,
                                         const Weights<T, VEC, ITEMS> &wt, Reduce reduce,
                                         Dres dres_of, Take take)
 {
-  float s = 0.f;
+  RowSum<NORM> s{};
   if (active) {
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
@@ -192,14 +252,14 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
         unpack(xv[i], x);
 #pragma unroll
         for (int j = 0; j < VEC; j++)
-          s += g[j] * W[j] * x[j];
+          add_terms<NORM>(s, g[j], W[j], x[j], mu);
       }
-    s *= r;
+    s = scaled<NORM>(s, r);
   }
   s = reduce(s);
   if (!active)
     return;
-  const float c = s * (1.f / (float)a.N);
+  const RowG rg = row_g<NORM>(r, mu, s, 1.f / (float)a.N);
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     opaque(xv[i]);
@@ -210,34 +270,55 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
     const int v = lane + i * G;
     if (v < nvec) {
       Pack<T, VEC> o;
-      float W[VEC], contrib[VEC], g[VEC], x[VEC], d[VEC] = {};
+      float W[VEC], contrib[VEC], contrib_b[VEC], g[VEC], x[VEC], d[VEC] = {};
       wt.get(i, v, W);
       unpack(gv[i], g);
       unpack(xv[i], x);
-      if (a.dres)
+      if (NORM == Norm::RMS && a.dres)
         unpack(dres_of(i, v), d);
 #pragma unroll
       for (int j = 0; j < VEC; j++)
-        o.v[j] = from_f<T>(grad<T>(a, g[j], x[j], W[j], r, c, d[j], contrib[j]));
+        o.v[j] = from_f<T>(grad<T, NORM>(a, g[j], x[j], W[j], rg, d[j], contrib[j], contrib_b[j]));
       store<T, VEC>(a.dx, row, a.sdx, v, o);
-      take(i, v, contrib);
+      take(i, v, contrib, contrib_b);
     }
   }
+}
+
+/* Pack v's VEC values c added into the atomic accumulator `acc`. */
+template <int VEC>
+__device__ __forceinline__ void add_atomic(float *acc, int v, const float (&c)[VEC])
+{
+#pragma unroll
+  for (int j = 0; j < VEC; j++)
+    atomicAdd(acc + v * VEC + j, c[j]);
+}
+
+/* A CTA's sums of pack v into its partial row `out`, or (out NULL) added into the atomic
+ * accumulator `acc` (NULL too: not wanted). */
+template <int VEC>
+__device__ __forceinline__ void put_contrib(float *out, float *acc, int v, const float (&c)[VEC])
+{
+  if (out)
+    put_floats<VEC>(out, v, c);
+  else if (acc)
+    add_atomic<VEC>(acc, v, c);
 }
 
 /* Row r of the fp32 partials (NULL when dW is not reduced through them). */
 __device__ __forceinline__ float *partial_row(const BwdArgs &a, int64_t r)
 {
-  return a.partials ? a.partials + r * a.N : NULL;
+  return a.partials ? a.partials + r * a.pw : NULL;
 }
 
-/* Column col of this CTA's dW into its partial row `out` (NULL: the atomic accumulator). */
-__device__ __forceinline__ void emit(const BwdArgs &a, float *out, int col, float v)
+/* Column col of this CTA's dW (or dB) into its partial row `out`, or (out NULL) added into
+ * the atomic accumulator `acc`. */
+__device__ __forceinline__ void emit(float *out, float *acc, int col, float v)
 {
   if (out)
     out[col] = v;
   else
-    atomicAdd(a.accum + col, v);
+    atomicAdd(acc + col, v);
 }
 
 /* The cluster's dW (sm_90, C CTAs; N a multiple of 4), once each CTA has put its groups' dW
@@ -274,18 +355,18 @@ __device__ __forceinline__ void cluster_sum(float *out, const float *sm, int N, 
 #endif
 }
 
-/* ROW_SHARE's exchange of row sums, in each CTA's shared memory: for each of its groups
- * (rows, at most ROW_SHARE_GROUPS) and two alternating sets, a slot per CTA of the cluster
- * (at most ROW_SHARE_MAX) and the mbarrier that counts their bytes in. */
-struct Exchange {
-  float slots[2][ROW_SHARE_GROUPS][ROW_SHARE_MAX];
+/* ROW_SHARE's exchange of row sums (V: RowSum), in each CTA's shared memory: for each of its
+ * groups (rows, at most ROW_SHARE_GROUPS) and two alternating sets, a slot per CTA of the
+ * cluster (at most ROW_SHARE_MAX) and the mbarrier that counts their bytes in. */
+template <typename V> struct Exchange {
+  V slots[2][ROW_SHARE_GROUPS][ROW_SHARE_MAX];
   unsigned long long bars[2][ROW_SHARE_GROUPS];
 };
 
 /* Once per CTA, before the cluster barrier that starts ROW_SHARE: every mbarrier expects one
  * arrival (its group's lane 0, which also announces the bytes) per phase; the fence makes the
  * initialisation visible to the peers' asynchronous stores. */
-__device__ __forceinline__ void exchange_init(Exchange &ex)
+template <typename V> __device__ __forceinline__ void exchange_init(Exchange<V> &ex)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (threadIdx.x < 2 * ROW_SHARE_GROUPS) {
@@ -296,30 +377,37 @@ __device__ __forceinline__ void exchange_init(Exchange &ex)
 #endif
 }
 
-/* ROW_SHARE: the row's sum over the cluster's C CTAs, from s, the sum over this CTA's columns
+/* ROW_SHARE: the row's sums over the cluster's C CTAs, from s, the sums over this CTA's columns
  * (the same in every thread of group grp). Lane k of the group stores s into slot q (this
- * CTA's rank) of CTA k's set `set`, an asynchronous store that counts its 4 bytes on CTA k's
- * mbarrier of that slot set; lane 0 announces the C x 4 bytes its own mbarrier awaits. Every
+ * CTA's rank) of CTA k's set `set`, an asynchronous store that counts its bytes on CTA k's
+ * mbarrier of that slot set; lane 0 announces the C x sizeof(V) bytes its own mbarrier awaits. Every
  * thread waits for that phase (`phase`: the set's uses so far, mod 2) and adds the C slots in
  * rank order, so every CTA gets the same bits. No cluster barrier per row: one barrier a row
  * (its release also waits for the thread's global stores) measured much slower on both GPUs
  * (docs/kernels.md). A set is rewritten two rows later: a peer sends that row only
  * after it received this CTA's sum of the row between, which this CTA sends only after reading
  * the set. The host launches it from sm_90 only. */
-__device__ __forceinline__ float cluster_row_sum(float s, Exchange &ex, int set, int grp, int lane,
-                                                 int C, unsigned phase)
+template <typename V>
+__device__ __forceinline__ V cluster_row_sum(V s, Exchange<V> &ex, int set, int grp, int lane, int C,
+                                             unsigned phase)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const unsigned q = cluster_rank(), bar = (unsigned)__cvta_generic_to_shared(&ex.bars[set][grp]);
-  float *slots = ex.slots[set][grp];
+  V *slots = ex.slots[set][grp];
   if (lane == 0)
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(4 * C)
-                 : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                 "r"((int)sizeof(V) * C) : "memory");
   if (lane < C) {
     const unsigned mine = (unsigned)__cvta_generic_to_shared(slots + q);
     const unsigned peer_slot = peer_shared(mine, lane), peer_bar = peer_shared(bar, lane);
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
-                 ::"r"(peer_slot), "r"(__float_as_uint(s)), "r"(peer_bar) : "memory");
+    if constexpr (sizeof(V) == 8)
+      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+                   ::"r"(peer_slot), "f"(reinterpret_cast<const float2 &>(s).x),
+                   "f"(reinterpret_cast<const float2 &>(s).y), "r"(peer_bar) : "memory");
+    else
+      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                   ::"r"(peer_slot), "r"(__float_as_uint(reinterpret_cast<const float &>(s))),
+                   "r"(peer_bar) : "memory");
   }
   unsigned done = 0;
   while (!done)
@@ -327,9 +415,9 @@ __device__ __forceinline__ float cluster_row_sum(float s, Exchange &ex, int set,
                  "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
                  "selp.u32 %0, 1, 0, p;\n\t}"
                  : "=r"(done) : "r"(bar), "r"(phase) : "memory");
-  s = 0.f;
+  s = V{};
   for (int k = 0; k < C; k++)
-    s += slots[k];
+    s = s + slots[k];
 #endif
   return s;
 }
@@ -351,15 +439,17 @@ __device__ __forceinline__ void shift_cols(BwdArgs &a, int64_t c0)
     a.accum += c0;
 }
 
-/* The CTA's dW over its ncols columns: each group's register accumulators go to its own row
- * of ncols floats in shared memory (R x ncols, `sm`), then every column is summed in group
- * order and emitted into `out` (the CTA's partial row; NULL: the atomic accumulator), or
- * summed over the cluster (DW_SUM). A CTA of one group outside DW_SUM clusters stores its
- * registers straight into `out`. The barrier first: `sm` may be the pipeline's staging,
- * which other threads may still read. */
+/* The CTA's dW (or dB) over its ncols columns: each group's register accumulators go to its
+ * own row of ncols floats in shared memory (R x ncols, `sm`), then every column is summed in
+ * group order and emitted into `out` (the CTA's partial row from the gradient's first column;
+ * NULL: the atomic accumulator `acc`), or summed over the cluster (DW_SUM) into the cluster's
+ * partial row from column col0. A CTA of one group outside DW_SUM clusters stores its
+ * registers straight into `out`. The barrier first: `sm` may be the pipeline's staging, or
+ * the rows of the gradient summed before, which other threads may still read. */
 template <int VEC, int ITEMS, int CL = SOLO>
 __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS][VEC], int lane,
-                                       int G, int nvec, int ncols, float *out, float *sm)
+                                       int G, int nvec, int ncols, float *out, float *acc, int col0,
+                                       float *sm)
 {
   const Group g(G);
   const bool dw_sum = CL == DW_SUM && a.cluster > 1;
@@ -378,7 +468,7 @@ __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS
       put_floats<VEC>(mine, lane + i * G, dw[i]);
   if constexpr (CL == DW_SUM)
     if (dw_sum) {
-      cluster_sum(a.partials + (int64_t)(blockIdx.x / a.cluster) * a.N, sm, a.N, g.per_cta,
+      cluster_sum(a.partials + (int64_t)(blockIdx.x / a.cluster) * a.pw + col0, sm, a.N, g.per_cta,
                   a.cluster);
       return;
     }
@@ -387,16 +477,30 @@ __device__ __forceinline__ void cta_dw(const BwdArgs &a, const float (&dw)[ITEMS
     float sum = 0.f;
     for (int k = 0; k < g.per_cta; k++)
       sum += sm[(int64_t)k * ncols + col];
-    emit(a, out, col, sum);
+    emit(out, acc, col, sum);
   }
+}
+
+/* The CTA's dW and (LayerNorm with a bias) dB, by cta_dw, into the partial row `out` from the
+ * CTA's first column (NULL: the atomic accumulator, shifted the same way, `acc`). */
+template <int VEC, int ITEMS, Norm NORM, int CL = SOLO>
+__device__ __forceinline__ void cta_grads(const BwdArgs &a, const float (&dw)[ITEMS][VEC],
+                                          const float (&db)[ITEMS][VEC], int lane, int G, int nvec,
+                                          int ncols, float *out, float *acc, float *sm)
+{
+  if (NORM == Norm::RMS || a.dw)
+    cta_dw<VEC, ITEMS, CL>(a, dw, lane, G, nvec, ncols, out, acc, 0, sm);
+  if (NORM == Norm::LN && a.db)
+    cta_dw<VEC, ITEMS, CL>(a, db, lane, G, nvec, ncols, out ? out + a.db_at : NULL,
+                           acc ? acc + a.db_at : NULL, a.db_at, sm);
 }
 
 /* CTA (row: each row's dW contribution straight into its row of the temp) and WARP
  * (blockrow: summed in registers, then the CTA's groups through shared memory): each group
  * handles exactly one row. The weight is read where used, from L1 (the CTAs of an SM share
  * it), to keep registers for occupancy. */
-template <typename T, int VEC, int ITEMS, Rows R>
-__global__ void __launch_bounds__(bwd_limits(R)(ITEMS)) bwd_one(BwdArgs a)
+template <typename T, int VEC, int ITEMS, Norm NORM, Rows R>
+__global__ void __launch_bounds__(bwd_limits(R, NORM)(ITEMS)) bwd_one(BwdArgs a)
 {
   pdl_begin(a.pdl);
   const Group g(a.group);
@@ -404,36 +508,45 @@ __global__ void __launch_bounds__(bwd_limits(R)(ITEMS)) bwd_one(BwdArgs a)
   const int64_t row = g.one_row();
   const bool active = row < a.M;
   extern __shared__ __align__(16) float dyn[];
-  __shared__ float red[2][32];
+  __shared__ RowSum<NORM> red[2][32];
   int parity = 0;
   Pack<T, VEC> xv[ITEMS], gv[ITEMS];
-  float r = 0.f;
+  float r = 0.f, mu = 0.f;
   if (active)
-    load_in<T, VEC, ITEMS>(a, row, lane, G, nvec, xv, gv, r);
+    load_in<T, VEC, ITEMS, NORM>(a, row, lane, G, nvec, xv, gv, r, mu);
   const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, false);
   auto dres_of = [&](int, int v) { return load<T, VEC>(a.dres, row, a.sdres, v); };
-  auto reduce = [&](float s) { return group_reduce(s, G, red, parity); };
+  auto reduce = [&](RowSum<NORM> s) { return group_reduce(s, G, red, parity); };
   if constexpr (R == Rows::CTA) {
-    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, reduce, dres_of,
-                           [&](int, int v, const float(&c)[VEC]) {
-                             if (a.partials)
-                               put_floats<VEC>(a.partials + row * a.N, v, c);
-                             else if (a.accum)
-#pragma unroll
-                               for (int j = 0; j < VEC; j++)
-                                 atomicAdd(a.accum + v * VEC + j, c[j]);
-                           });
+    process<T, VEC, ITEMS, NORM>(a, row, active, lane, G, nvec, xv, gv, r, mu, wt, reduce, dres_of,
+                                 [&](int, int v, const float(&c)[VEC], const float(&cb)[VEC]) {
+                                   if (a.partials) {
+                                     if (NORM == Norm::RMS || a.dw)
+                                       put_floats<VEC>(a.partials + row * a.pw, v, c);
+                                     if (NORM == Norm::LN && a.db)
+                                       put_floats<VEC>(a.partials + row * a.pw + a.db_at, v, cb);
+                                   } else if (a.accum) {
+                                     if (NORM == Norm::RMS || a.dw)
+                                       add_atomic<VEC>(a.accum, v, c);
+                                     if (NORM == Norm::LN && a.db)
+                                       add_atomic<VEC>(a.accum + a.db_at, v, cb);
+                                   }
+                                 });
   } else {
-    float dw[ITEMS][VEC];
+    float dw[ITEMS][VEC], db[ITEMS][VEC];
     zero(dw);
-    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, reduce, dres_of,
-                           [&](int i, int, const float(&c)[VEC]) {
+    zero(db);
+    process<T, VEC, ITEMS, NORM>(a, row, active, lane, G, nvec, xv, gv, r, mu, wt, reduce, dres_of,
+                                 [&](int i, int, const float(&c)[VEC], const float(&cb)[VEC]) {
 #pragma unroll
-                             for (int j = 0; j < VEC; j++)
-                               dw[i][j] = c[j];
-                           });
+                                   for (int j = 0; j < VEC; j++) {
+                                     dw[i][j] = c[j];
+                                     db[i][j] = cb[j];
+                                   }
+                                 });
     if (a.partials || a.accum)
-      cta_dw<VEC, ITEMS>(a, dw, lane, G, nvec, a.N, partial_row(a, blockIdx.x), dyn);
+      cta_grads<VEC, ITEMS, NORM>(a, dw, db, lane, G, nvec, a.N, partial_row(a, blockIdx.x), a.accum,
+                                  dyn);
   }
 }
 
@@ -447,11 +560,12 @@ __global__ void __launch_bounds__(bwd_limits(R)(ITEMS)) bwd_one(BwdArgs a)
  * registers then hold rows C times wider), and exchange each row's sum (cluster_row_sum:
  * asynchronous stores counted in by mbarriers); the cluster writes one partial row, a slice
  * from each CTA. */
-template <typename T, int VEC, int ITEMS, int CL>
-__global__ void __launch_bounds__(bwd_limits(Rows::STRIDE)(ITEMS)) bwd_stride(BwdArgs a)
+template <typename T, int VEC, int ITEMS, Norm NORM, int CL>
+__global__ void __launch_bounds__(bwd_limits(Rows::STRIDE, NORM)(ITEMS)) bwd_stride(BwdArgs a)
 {
   pdl_begin(a.pdl);
-  __shared__ Exchange ex; /* ROW_SHARE only: the other instances drop it */
+  using Sum = RowSum<NORM>;
+  __shared__ Exchange<Sum> ex; /* ROW_SHARE only: the other instances drop it */
   if constexpr (CL == ROW_SHARE) {
     exchange_init(ex);
     cluster_arrive();
@@ -464,13 +578,15 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE)(ITEMS)) bwd_stride(Bw
   const Group g(a.group);
   const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = ncols / VEC, S = a.stages;
   extern __shared__ __align__(16) float dyn[];
-  __shared__ float red[2][32];
+  __shared__ Sum red[2][32];
   int parity = 0;
   unsigned uses = 0; /* ROW_SHARE: rows exchanged so far */
-  const Staging<P, ITEMS> st(dyn, S, a.dres ? 3 : 2);
+  const Staging<P, ITEMS, NORM == Norm::LN ? 2 : 1> st(dyn, S, a.dres ? 3 : 2);
   Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
-  float dw[ITEMS][VEC];
+  float dw[ITEMS][VEC], db[ITEMS][VEC];
   zero(dw);
+  if (NORM == Norm::LN)
+    zero(db);
 
   int64_t begin, end, step;
   if (a.chunk > 0) {
@@ -495,10 +611,12 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE)(ITEMS)) bwd_stride(Bw
         }
       }
       copy_async(st.scalar(stage), a.rstd + row);
+      if (NORM == Norm::LN)
+        copy_async(st.scalar(stage, 1), a.mean + row);
     }
     copy_commit();
   };
-  auto reduce = [&](float s) {
+  auto reduce = [&](Sum s) {
     s = group_reduce(s, G, red, parity);
     if constexpr (CL == ROW_SHARE) {
       s = cluster_row_sum(s, ex, uses & 1, grp, lane, C, (uses >> 1) & 1);
@@ -517,9 +635,11 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE)(ITEMS)) bwd_stride(Bw
     fetch(row + (S - 1) * step, stage == 0 ? S - 1 : stage - 1);
     copy_wait(S - 1);
     P xv[ITEMS], gv[ITEMS];
-    float r = 0.f;
+    float r = 0.f, mu = 0.f;
     if (active) {
       r = *st.scalar(stage);
+      if (NORM == Norm::LN)
+        mu = *st.scalar(stage, 1);
 #pragma unroll
       for (int i = 0; i < ITEMS; i++)
         if (lane + i * G < nvec) {
@@ -528,13 +648,16 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE)(ITEMS)) bwd_stride(Bw
         }
     }
     wt.refresh();
-    process<T, VEC, ITEMS>(a, row, active, lane, G, nvec, xv, gv, r, wt, reduce,
-                           [&](int i, int) { return *st.at(stage, 2, i); },
-                           [&](int i, int, const float(&c)[VEC]) {
+    process<T, VEC, ITEMS, NORM>(a, row, active, lane, G, nvec, xv, gv, r, mu, wt, reduce,
+                                 [&](int i, int) { return *st.at(stage, 2, i); },
+                                 [&](int i, int, const float(&c)[VEC], const float(&cb)[VEC]) {
 #pragma unroll
-                             for (int j = 0; j < VEC; j++)
-                               dw[i][j] += c[j];
-                           });
+                                   for (int j = 0; j < VEC; j++) {
+                                     dw[i][j] += c[j];
+                                     if (NORM == Norm::LN)
+                                       db[i][j] += cb[j];
+                                   }
+                                 });
     stage = stage + 1 == S ? 0 : stage + 1;
   }
   copy_wait(0);
@@ -542,8 +665,8 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE)(ITEMS)) bwd_stride(Bw
     return;
   /* the CTA's partial row (sharing: its cluster's, from the CTA's first column, recomputed
    * here rather than held in a register across the row loop) */
-  float *out = a.partials ? a.partials + unit * a.N + (int64_t)(blockIdx.x % C) * ncols : NULL;
-  cta_dw<VEC, ITEMS, CL>(a, dw, lane, G, nvec, ncols, out, dyn);
+  float *out = a.partials ? a.partials + unit * a.pw + (int64_t)(blockIdx.x % C) * ncols : NULL;
+  cta_grads<VEC, ITEMS, NORM, CL>(a, dw, db, lane, G, nvec, ncols, out, a.accum, dyn);
   if (a.fused) {
     __threadfence();
     grid_barrier(a.sync);
@@ -551,15 +674,15 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE)(ITEMS)) bwd_stride(Bw
   }
 }
 
-/* c = sum(dy * W * xhat) / N of one row, the CTA's threads striding over its packs and
- * reducing (every thread of the CTA calls this): the first pass of the kernels for rows
- * wider than registers hold. Loads stream (evict-first) when STREAM, for a row read once;
- * the looping kernel's second pass reads the row again, from L2. */
-template <typename T, int VEC, bool STREAM>
-__device__ __forceinline__ float row_c(const BwdArgs &a, int64_t row, float r, float (*red)[32],
-                                       int &parity)
+/* The row's RowG, the CTA's threads striding over its packs and reducing the row sums (every
+ * thread of the CTA calls this): the first pass of the kernels for rows wider than registers
+ * hold. Loads stream (evict-first) when STREAM, for a row read once; the looping kernel's
+ * second pass reads the row again, from L2. */
+template <typename T, int VEC, Norm NORM, bool STREAM>
+__device__ __forceinline__ RowG row_sums(const BwdArgs &a, int64_t row, float r, float mu,
+                                         RowSum<NORM> (*red)[32], int &parity)
 {
-  float s = 0.f;
+  RowSum<NORM> s{};
   for (int v = threadIdx.x; v < a.N / VEC; v += blockDim.x) {
     const Pack<T, VEC> xv = load<T, VEC, STREAM>(a.x, row, a.sx, v);
     const Pack<T, VEC> gv = load<T, VEC, STREAM>(a.dy, row, a.sdy, v);
@@ -567,27 +690,43 @@ __device__ __forceinline__ float row_c(const BwdArgs &a, int64_t row, float r, f
     load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
 #pragma unroll
     for (int j = 0; j < VEC; j++)
-      s += to_f(gv.v[j]) * W[j] * to_f(xv.v[j]);
+      add_terms<NORM>(s, to_f(gv.v[j]), W[j], to_f(xv.v[j]), mu);
   }
-  return group_reduce(s * r, blockDim.x, red, parity) * (1.f / (float)a.N);
+  return row_g<NORM>(r, mu, group_reduce(scaled<NORM>(s, r), blockDim.x, red, parity), 1.f / (float)a.N);
+}
+
+/* Adds pack v's VEC values c to the row `out`, or (out NULL) into the atomic accumulator
+ * `acc` (NULL too: not wanted). */
+template <int VEC>
+__device__ __forceinline__ void add_cols(float *out, float *acc, int v, const float (&c)[VEC])
+{
+  if (out)
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      out[v * VEC + j] += c[j];
+  else if (acc)
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      atomicAdd(acc + v * VEC + j, c[j]);
 }
 
 /* LOOP: rows wider than registers hold. Two passes over the row, the second re-reading x and dy
- * (mostly from L2). dW accumulates in a row of N floats that each column's thread alone
- * touches: in shared memory when it fits (acc_smem), else the CTA's partial row in global
- * memory; the shared row is emitted at the end. Columns are zeroed and emitted by other
- * threads than the ones that accumulate them, hence the barriers around the row loop. */
-template <typename T, int VEC>
+ * (mostly from L2). dW (and dB) accumulate in a row of pw floats that each column's thread
+ * alone touches: in shared memory when it fits (acc_smem), else the CTA's partial row in
+ * global memory; the shared row is emitted at the end. Columns are zeroed and emitted by
+ * other threads than the ones that accumulate them, hence the barriers around the row loop. */
+template <typename T, int VEC, Norm NORM>
 __global__ void __launch_bounds__(LOOP_BLOCK) bwd_loop(BwdArgs a)
 {
   pdl_begin(a.pdl);
   const int nvec = a.N / VEC;
-  __shared__ float red[2][32];
+  __shared__ RowSum<NORM> red[2][32];
   extern __shared__ __align__(16) float dyn[];
   int parity = 0;
   float *out = a.acc_smem ? dyn : partial_row(a, blockIdx.x);
+  float *out_b = out ? out + a.db_at : NULL, *acc_b = a.accum ? a.accum + a.db_at : NULL;
   if (out) {
-    for (int col = threadIdx.x; col < a.N; col += blockDim.x)
+    for (int col = threadIdx.x; col < a.pw; col += blockDim.x)
       out[col] = 0.f;
     __syncthreads(); /* the zeroing threads are not the accumulating ones */
   }
@@ -595,30 +734,30 @@ __global__ void __launch_bounds__(LOOP_BLOCK) bwd_loop(BwdArgs a)
   int64_t end = a.chunk > 0 ? min(a.M, begin + a.chunk) : a.M;
   int64_t step = a.chunk > 0 ? 1 : gridDim.x;
   for (int64_t row = begin; row < end; row += step) {
-    const float r = a.rstd[row], c = row_c<T, VEC, false>(a, row, r, red, parity);
+    const float r = a.rstd[row], mu = NORM == Norm::LN ? a.mean[row] : 0.f;
+    const RowG rg = row_sums<T, VEC, NORM, false>(a, row, r, mu, red, parity);
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
       Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v), gv = load<T, VEC>(a.dy, row, a.sdy, v), o;
       float W[VEC], d[VEC] = {};
       load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
-      if (a.dres)
+      if (NORM == Norm::RMS && a.dres)
         unpack(load<T, VEC>(a.dres, row, a.sdres, v), d);
+      float contrib[VEC], contrib_b[VEC];
 #pragma unroll
-      for (int j = 0; j < VEC; j++) {
-        const int col = v * VEC + j;
-        float contrib;
-        o.v[j] = from_f<T>(grad<T>(a, to_f(gv.v[j]), to_f(xv.v[j]), W[j], r, c, d[j], contrib));
-        if (out)
-          out[col] += contrib;
-        else if (a.accum)
-          atomicAdd(a.accum + col, contrib);
-      }
+      for (int j = 0; j < VEC; j++)
+        o.v[j] = from_f<T>(grad<T, NORM>(a, to_f(gv.v[j]), to_f(xv.v[j]), W[j], rg, d[j], contrib[j],
+                                         contrib_b[j]));
       store<T, VEC>(a.dx, row, a.sdx, v, o);
+      if (NORM == Norm::RMS || a.dw)
+        add_cols<VEC>(out, a.accum, v, contrib);
+      if (NORM == Norm::LN && a.db)
+        add_cols<VEC>(out_b, acc_b, v, contrib_b);
     }
   }
   if (a.acc_smem) {
     __syncthreads();
-    for (int col = threadIdx.x; col < a.N; col += blockDim.x)
-      emit(a, partial_row(a, blockIdx.x), col, dyn[col]);
+    for (int col = threadIdx.x; col < a.pw; col += blockDim.x)
+      emit(partial_row(a, blockIdx.x), a.accum, col, dyn[col]);
   }
   if (a.fused) {
     __threadfence();
@@ -630,25 +769,30 @@ __global__ void __launch_bounds__(LOOP_BLOCK) bwd_loop(BwdArgs a)
 /* SPLIT: rows the looping kernel would take, where its dW row outgrows shared memory (N >
  * 58112 on sm_90: it then goes to global memory) or, for 16-bit rows, from
  * rmsnorm.bwd.split_min_n: the row reduction and the columns run as two kernels.
- * bwd_rowc reduces each row's c = sum(dy * W * xhat) / N (CTAs stride over rows); in
- * bwd_cols a thread owns one pack of columns over a contiguous chunk of rows
- * (blockIdx.y), so its weight and dW stay in registers for any N. The price: x and dy are
- * read twice, five streams where the minimum is three. No barrier after the column split,
- * so threads past the row return at once. */
-template <typename T, int VEC>
+ * bwd_rowc reduces each row's sums (RowG's cx, and LayerNorm's cg) into rowc (CTAs stride
+ * over rows); in bwd_cols a thread owns one pack of columns over a contiguous chunk of rows
+ * (blockIdx.y), so its weight and dW (dB) stay in registers for any N. The price: x and dy
+ * are read twice, five streams where the minimum is three. No barrier after the column
+ * split, so threads past the row return at once. */
+template <typename T, int VEC, Norm NORM>
 __global__ void __launch_bounds__(LOOP_BLOCK) bwd_rowc(BwdArgs a)
 {
   pdl_begin(a.pdl);
-  __shared__ float red[2][32];
+  __shared__ RowSum<NORM> red[2][32];
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.M; row += gridDim.x) {
-    const float c = row_c<T, VEC, true>(a, row, a.rstd[row], red, parity);
-    if (threadIdx.x == 0)
-      a.rowc[row] = c;
+    const float mu = NORM == Norm::LN ? a.mean[row] : 0.f;
+    const RowG rg = row_sums<T, VEC, NORM, true>(a, row, a.rstd[row], mu, red, parity);
+    if (threadIdx.x == 0) {
+      if constexpr (NORM == Norm::LN)
+        reinterpret_cast<float2 *>(a.rowc)[row] = make_float2(rg.cx, rg.cg);
+      else
+        a.rowc[row] = rg.cx;
+    }
   }
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, Norm NORM>
 __global__ void __launch_bounds__(SPLIT_BLOCK) bwd_cols(BwdArgs a)
 {
   pdl_begin(a.pdl);
@@ -656,68 +800,77 @@ __global__ void __launch_bounds__(SPLIT_BLOCK) bwd_cols(BwdArgs a)
   if (v >= a.N / VEC)
     return;
   const int64_t begin = (int64_t)blockIdx.y * a.chunk, end = min(a.M, begin + a.chunk);
-  float W[VEC], dw[1][VEC];
+  float W[VEC], dw[VEC], db[VEC];
   load_w<T, VEC>(a.w, a.wf32, a.offset, v, W);
-  zero(dw);
+#pragma unroll
+  for (int j = 0; j < VEC; j++)
+    dw[j] = db[j] = 0.f;
 #pragma unroll 4
   for (int64_t row = begin; row < end; row++) {
-    const float r = a.rstd[row], c = a.rowc[row];
+    RowG rg;
+    if constexpr (NORM == Norm::LN) {
+      const float2 c = reinterpret_cast<const float2 *>(a.rowc)[row];
+      rg = RowG{a.rstd[row], a.mean[row], c.x, c.y};
+    } else {
+      rg = RowG{a.rstd[row], 0.f, a.rowc[row], 0.f};
+    }
     const Pack<T, VEC> xv = load<T, VEC>(a.x, row, a.sx, v), gv = load<T, VEC>(a.dy, row, a.sdy, v);
     Pack<T, VEC> o;
     float d[VEC] = {};
-    if (a.dres)
+    if (NORM == Norm::RMS && a.dres)
       unpack(load<T, VEC>(a.dres, row, a.sdres, v), d);
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
-      float contrib;
-      o.v[j] = from_f<T>(grad<T>(a, to_f(gv.v[j]), to_f(xv.v[j]), W[j], r, c, d[j], contrib));
-      dw[0][j] += contrib;
+      float contrib, contrib_b;
+      o.v[j] = from_f<T>(grad<T, NORM>(a, to_f(gv.v[j]), to_f(xv.v[j]), W[j], rg, d[j], contrib,
+                                       contrib_b));
+      dw[j] += contrib;
+      db[j] += contrib_b;
     }
     store<T, VEC>(a.dx, row, a.sdx, v, o);
   }
-  if (a.partials)
-    put_floats<VEC>(a.partials + (int64_t)blockIdx.y * a.N, v, dw[0]);
-  else if (a.accum)
-#pragma unroll
-    for (int j = 0; j < VEC; j++)
-      atomicAdd(a.accum + v * VEC + j, dw[0][j]);
+  float *out = a.partials ? a.partials + (int64_t)blockIdx.y * a.pw : NULL;
+  if (NORM == Norm::RMS || a.dw)
+    put_contrib<VEC>(out, a.accum, v, dw);
+  if (NORM == Norm::LN && a.db)
+    put_contrib<VEC>(out ? out + a.db_at : NULL, a.accum ? a.accum + a.db_at : NULL, v, db);
 }
 
 } // namespace
 
-template <typename T, int VEC> const void *bwd_kernel(const BwdKernel &key)
+template <typename T, int VEC, Norm NORM> const void *bwd_kernel(const BwdKernel &key)
 {
   if (key.rows == Rows::LOOP)
-    return (const void *)bwd_loop<T, VEC>;
+    return (const void *)bwd_loop<T, VEC, NORM>;
   if (key.rows == Rows::SPLIT)
-    return key.row_pass ? (const void *)bwd_rowc<T, VEC> : (const void *)bwd_cols<T, VEC>;
+    return key.row_pass ? (const void *)bwd_rowc<T, VEC, NORM> : (const void *)bwd_cols<T, VEC, NORM>;
   const void *kp = NULL;
   with_items(key.items, [&](auto I) {
     constexpr int IT = decltype(I)::value;
     if (key.rows == Rows::CTA)
-      kp = (const void *)bwd_one<T, VEC, IT, Rows::CTA>;
+      kp = (const void *)bwd_one<T, VEC, IT, NORM, Rows::CTA>;
     else if (key.rows == Rows::WARP)
-      kp = (const void *)bwd_one<T, VEC, IT, Rows::WARP>;
-    else if constexpr (bwd_limits(Rows::STRIDE)(IT) > 0) {
+      kp = (const void *)bwd_one<T, VEC, IT, NORM, Rows::WARP>;
+    else if constexpr (bwd_limits(Rows::STRIDE, NORM)(IT) > 0) {
       /* no cluster instances at one item: at 1024 threads (64 registers) they would spill;
        * shared rows only in 16-byte packs (the scalar instance spilled) */
       if constexpr (IT == 1)
-        kp = key.cluster != SOLO ? NULL : (const void *)bwd_stride<T, VEC, IT, SOLO>;
+        kp = key.cluster != SOLO ? NULL : (const void *)bwd_stride<T, VEC, IT, NORM, SOLO>;
       else if constexpr (VEC == 1)
-        kp = key.cluster == DW_SUM ? (const void *)bwd_stride<T, VEC, IT, DW_SUM>
-             : key.cluster == SOLO ? (const void *)bwd_stride<T, VEC, IT, SOLO>
+        kp = key.cluster == DW_SUM ? (const void *)bwd_stride<T, VEC, IT, NORM, DW_SUM>
+             : key.cluster == SOLO ? (const void *)bwd_stride<T, VEC, IT, NORM, SOLO>
                                    : NULL;
       else
-        kp = key.cluster == DW_SUM      ? (const void *)bwd_stride<T, VEC, IT, DW_SUM>
-             : key.cluster == ROW_SHARE ? (const void *)bwd_stride<T, VEC, IT, ROW_SHARE>
-                                        : (const void *)bwd_stride<T, VEC, IT, SOLO>;
+        kp = key.cluster == DW_SUM      ? (const void *)bwd_stride<T, VEC, IT, NORM, DW_SUM>
+             : key.cluster == ROW_SHARE ? (const void *)bwd_stride<T, VEC, IT, NORM, ROW_SHARE>
+                                        : (const void *)bwd_stride<T, VEC, IT, NORM, SOLO>;
     }
     return 0;
   });
   return kp;
 }
 
-template const void *bwd_kernel<NLK_INSTANCE_T, NLK_INSTANCE_VEC>(const BwdKernel &);
+template const void *bwd_kernel<NLK_INSTANCE_T, NLK_INSTANCE_VEC, NLK_INSTANCE_NORM>(const BwdKernel &);
 
 #else
 
@@ -735,7 +888,7 @@ struct BwdPlan {
   size_t smem;
   int64_t chunk;         /* > 0: CTA b (SPLIT: CTA row b) takes rows [b*chunk, (b+1)*chunk) */
   int stages;            /* STRIDE: rows in flight per thread */
-  bool acc_smem;         /* LOOP: dW accumulated in shared memory */
+  bool acc_smem;         /* LOOP: dW (dB) accumulated in shared memory */
   const void *pre;       /* SPLIT: the row kernel, on pre_grid CTAs, before the column kernel's
                           * c.grid x col_blocks CTAs */
   int64_t pre_grid, col_blocks;
@@ -744,27 +897,32 @@ struct BwdPlan {
   bool share;            /* the cluster's CTAs share each row (ROW_SHARE), else they sum dW */
   int64_t partial_rows;  /* rows of the fp32 partials/temp buffer (0: none) */
   bool accum_in_ws;      /* atomic reduction into an fp32 accumulator in the workspace */
-  /* The workspace in floats: the partials (or temp), then the accumulator, then (SPLIT)
-   * the M row sums, which start at float rowc_at. */
+  /* The workspace in floats: the partials (or temp), then the accumulator (each row
+   * grad_cols's pw floats), then (SPLIT) the M rows' sums, which start at float rowc_at. */
   size_t rowc_at, ws_floats;
 };
 
-/* The dW reduction's buffers (`rows` partial rows unless atomic; an fp32 accumulator for an
- * atomic reduction into 16-bit dW) and the workspace's layout. */
+/* The gradient reduction's buffers (`rows` partial rows unless atomic; an fp32 accumulator
+ * for an atomic reduction, unless into an fp32 dW alone) and the workspace's layout. */
 void layout_ws(const nlk_norm *k, BwdPlan *p, int64_t rows)
 {
-  const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
-  p->partial_rows = dw && !atomic ? rows : 0;
-  p->accum_in_ws = dw && atomic && k->wdt != NLK_F32;
-  p->rowc_at = (size_t)(p->partial_rows + (p->accum_in_ws ? 1 : 0)) * (size_t)k->N;
-  p->ws_floats = p->rowc_at + (p->rows == Rows::SPLIT ? (size_t)k->M : 0);
+  const GradCols g = grad_cols(k);
+  const bool any = g.pw > 0, atomic = k->reduce == NLK_REDUCE_ATOMIC;
+  const int sums = norm_of(k) == Norm::LN ? 2 : 1;
+  p->partial_rows = any && !atomic ? rows : 0;
+  p->accum_in_ws = any && atomic && (k->wdt != NLK_F32 || g.db);
+  p->rowc_at = (size_t)(p->partial_rows + (p->accum_in_ws ? 1 : 0)) * (size_t)g.pw;
+  p->rowc_at += p->rowc_at % sums; /* LayerNorm's float2 row sums start 8-byte aligned */
+  p->ws_floats = p->rowc_at + (p->rows == Rows::SPLIT ? (size_t)k->M * sums : 0);
 }
 
 template <typename T>
-const void *kernel_of(const RowCfg &c, BwdKernel key)
+const void *kernel_of(const nlk_norm *k, const RowCfg &c, BwdKernel key)
 {
   key.items = c.items;
-  return with_vec<T>(c.vec, [&](auto V) { return bwd_kernel<T, decltype(V)::value>(key); });
+  return with_norm(k, [&](auto N) {
+    return with_vec<T>(c.vec, [&](auto V) { return bwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
+  });
 }
 
 /* The CTAs that would share each row: the fewest, a power of two, that bring a CTA's slice
@@ -812,12 +970,12 @@ Candidates candidates(const nlk_norm *k, Strategy s)
 template <typename T>
 bool fit_split(const nlk_norm *k, BwdPlan *p)
 {
-  const bool dw_spills = k->N * (int64_t)sizeof(float) > smem_budget(k);
+  const bool dw_spills = grad_cols(k).pw * (int64_t)sizeof(float) > smem_budget(k);
   if (!dw_spills && !(sizeof(T) == 2 && k->bwd.split_min_n > 0 && k->N >= k->bwd.split_min_n))
     return false;
   p->c = loop_cfg(k, k->N, sizeof(T));
-  p->pre = kernel_of<T>(p->c, BwdKernel{Rows::SPLIT, 0, SOLO, true});
-  p->kernel = kernel_of<T>(p->c, BwdKernel{Rows::SPLIT, 0, SOLO, false});
+  p->pre = kernel_of<T>(k, p->c, BwdKernel{Rows::SPLIT, 0, SOLO, true});
+  p->kernel = kernel_of<T>(k, p->c, BwdKernel{Rows::SPLIT, 0, SOLO, false});
   const int64_t pre = (int64_t)k->sm_count * occupancy(k, p->pre, LOOP_BLOCK, 0);
   p->pre_grid = pre < k->M ? pre : k->M;
   p->col_blocks = (k->N / p->c.vec + SPLIT_BLOCK - 1) / SPLIT_BLOCK;
@@ -840,7 +998,9 @@ template <typename T>
 bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
 {
   const int elt = sizeof(T), streams = k->dres ? 3 : 2, share = cand.share;
-  const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
+  const int scalars = norm_of(k) == Norm::LN ? 2 : 1; /* rstd (and mean) staged per row */
+  const int64_t pw = grad_cols(k).pw;
+  const bool dw = pw > 0, atomic = k->reduce == NLK_REDUCE_ATOMIC;
   const int64_t ncols = k->N / share; /* the columns a CTA holds */
   const Want want{k->bwd.items, k->bwd.block, k->bwd.blockrow_block};
   *p = BwdPlan{};
@@ -848,8 +1008,8 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
   p->cluster = 1;
   switch (cand.rows) {
   case Rows::STRIDE:
-    p->stages = fit_stages(k, ncols, elt, bwd_limits(Rows::STRIDE), want, k->bwd.stages, streams, 1,
-                           &p->c);
+    p->stages = fit_stages(k, ncols, elt, bwd_limits(Rows::STRIDE, norm_of(k)), want, k->bwd.stages, streams,
+                           scalars, &p->c);
     /* a shared row: the slice in 16-byte packs as the whole row; each of the first `share`
      * lanes of a group sends the row's sum to one peer; ROW_SHARE_GROUPS rows a CTA */
     if (!p->stages || (share > 1 && (p->c.vec == 1 || pick_vec(k, k->N, elt) == 1 ||
@@ -862,24 +1022,24 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
     p->c = loop_cfg(k, k->N, elt);
     break;
   default: /* CTA, WARP */
-    p->c = row_cfg(k, k->N, elt, cand.rows, bwd_limits(cand.rows), want, SmemCost{0, 0, 0});
+    p->c = row_cfg(k, k->N, elt, cand.rows, bwd_limits(cand.rows, norm_of(k)), want, SmemCost{0, 0, 0});
     if (!p->c.items)
       return false;
   }
-  p->kernel = kernel_of<T>(p->c, BwdKernel{cand.rows, 0, share > 1 ? ROW_SHARE : SOLO, false});
+  p->kernel = kernel_of<T>(k, p->c, BwdKernel{cand.rows, 0, share > 1 ? ROW_SHARE : SOLO, false});
   if (!p->kernel)
     return false;
-  /* shared memory: STRIDE's staging, then (STRIDE, WARP) each group's row of dW; LOOP: the
-   * CTA's dW row, where it fits */
+  /* shared memory: STRIDE's staging, then (STRIDE, WARP) each group's row of dW (then of dB,
+   * in the same place); LOOP: the CTA's dW (and dB) row, where it fits */
   const int64_t per_cta = rows_per_cta(p->c);
   if (p->c.items != 0 && cand.rows != Rows::CTA) {
-    const size_t staging =
-        (size_t)p->stages * p->c.block * ((size_t)streams * p->c.items * p->c.vec * elt + 4);
+    const size_t staging = (size_t)p->stages * p->c.block *
+                           ((size_t)streams * p->c.items * p->c.vec * elt + 4 * scalars);
     const size_t rows = (size_t)(per_cta * ncols) * sizeof(float);
     p->smem = staging > rows ? staging : rows;
-  } else if (p->c.items == 0 && dw && k->N * (int64_t)sizeof(float) <= smem_budget(k)) {
+  } else if (p->c.items == 0 && dw && pw * (int64_t)sizeof(float) <= smem_budget(k)) {
     p->acc_smem = true;
-    p->smem = (size_t)k->N * sizeof(float);
+    p->smem = (size_t)pw * sizeof(float);
   }
   p->fused = s == Strategy::PERSISTENT && dw && !atomic && k->bwd.fused_reduce;
   if (p->fused && p->smem < (size_t)p->c.block * sizeof(float))
@@ -898,7 +1058,7 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
     p->share = true;
   } else if (cand.rows == Rows::STRIDE && dw && !atomic && !p->fused && k->bwd.cluster > 1 &&
              k->N % 4 == 0) {
-    const void *kc = kernel_of<T>(p->c, BwdKernel{Rows::STRIDE, 0, DW_SUM, false});
+    const void *kc = kernel_of<T>(k, p->c, BwdKernel{Rows::STRIDE, 0, DW_SUM, false});
     if (kc && allow_smem(k, kc, p->smem) == cudaSuccess)
       cluster_cap = (int64_t)max_clusters(k, kc, k->bwd.cluster, p->c.block, p->smem) * k->bwd.cluster;
     if (cluster_cap >= k->bwd.cluster) {
@@ -951,20 +1111,23 @@ int run(nlk_norm *k, Strategy s)
   if (!plan<T>(k, s, &p))
     return NLK_ERR_UNSUPPORTED;
   cudaStream_t stream = (cudaStream_t)k->stream;
-  const bool dw = k->dw != NULL, atomic = k->reduce == NLK_REDUCE_ATOMIC;
+  const GradCols g = grad_cols(k);
+  const bool dw = g.pw > 0, atomic = k->reduce == NLK_REDUCE_ATOMIC, ln = norm_of(k) == Norm::LN;
   float *ws = (float *)k->ws;
   BwdArgs a{.x = k->x, .dy = k->dy, .dres = k->dres, .w = k->w, .dx = k->dx, .dw = k->dw,
-            .rstd = k->rstd, .partials = p.partial_rows ? ws : NULL, .accum = NULL,
+            .db = g.db ? k->db : NULL, .rstd = k->rstd, .mean = ln ? k->mean : NULL,
+            .partials = p.partial_rows ? ws : NULL, .accum = NULL,
             .rowc = p.rows == Rows::SPLIT ? ws + p.rowc_at : NULL, .sync = (unsigned int *)k->sync,
             .sx = k->sx, .sdy = k->sdy, .sdres = k->sdres, .sdx = k->sdx, .M = k->M,
             .chunk = p.chunk, .N = (int)k->N, .group = p.c.group, .wf32 = k->wdt == NLK_F32,
-            .cast = k->cast, .fused = p.fused, .dw_f32 = k->wdt == NLK_F32, .stages = p.stages,
-            .pdl = k->pdl && !p.fused, .acc_smem = p.acc_smem, .cluster = p.cluster,
+            .cast = k->cast, .fused = p.fused, .dw_f32 = k->wdt == NLK_F32,
+            .db_f32 = k->bdt == NLK_F32, .stages = p.stages, .pdl = k->pdl && !p.fused,
+            .pw = (int)g.pw, .db_at = (int)g.db_at, .acc_smem = p.acc_smem, .cluster = p.cluster,
             .offset = k->offset};
   int rc;
   if (dw && atomic) {
     a.accum = p.accum_in_ws ? ws : (float *)k->dw;
-    rc = cuda_result(k, cudaMemsetAsync(a.accum, 0, (size_t)k->N * sizeof(float), stream));
+    rc = cuda_result(k, cudaMemsetAsync(a.accum, 0, (size_t)g.pw * sizeof(float), stream));
     if (rc != NLK_OK)
       return rc;
   }

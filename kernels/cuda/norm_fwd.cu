@@ -1,7 +1,10 @@
 /*
- * norm_fwd.cu: the forward family. RMSNorm, and add_rmsnorm with its residual add fused in
- * front (h = round(x + residual) goes to residual_out and is normalised); the ops differ only
- * where their math differs (the RES template parameter).
+ * norm_fwd.cu: the forward family. RMSNorm, add_rmsnorm with its residual add fused in front
+ * (h = round(x + residual) goes to residual_out and is normalised) and LayerNorm; the ops
+ * differ only where their math differs: the row's statistics (RMSNorm: the mean square;
+ * LayerNorm: the mean, then the mean square about it, a second pass over the row held on
+ * chip; the Norm template parameter), the output (LayerNorm's bias) and the residual add
+ * (the RES template parameter).
  *
  * Strategies (nlk_cuda_fwd, at the end) and the row mappings they run as (plan.cuh):
  *   row         CTA: one CTA per row; LOOP for rows too wide for registers;
@@ -11,16 +14,16 @@
  *               flight through cp.async; GROUPS (one-row kernels) where no stage fits, LOOP;
  *   staged      STAGED: one CTA per row, the row copied whole to shared memory.
  * In the one-row kernels a thread holds its packs of x in registers across the row's
- * reduction, so x is read once; up to rmsnorm.fwd.early_weight_max_n columns it loads the
+ * reduction, so x is read once; RMSNorm's, up to rmsnorm.fwd.early_weight_max_n columns, load the
  * weight with x (grids of about one wave otherwise wait on the weight all at once, after
- * the reduction); from rmsnorm.fwd.reload_min_n it holds nothing and reads x twice, the
+ * the reduction), and from rmsnorm.fwd.reload_min_n hold nothing and read x twice, the
  * second time from L1, which fits more CTAs per SM. Outputs leave through streaming stores.
- * With llama casting and 16-bit weights of x's dtype, y is one packed multiply per two
+ * The rmsnorm.fwd.* settings steer LayerNorm's kernels too. With RMSNorm's llama casting and 16-bit weights of x's dtype, y is one packed multiply per two
  * elements. Packs are 16 bytes when N, strides and pointers allow, single elements otherwise.
  *
  * This file is compiled as itself for the strategies (host code only) and, through the
- * translation units CMake generates from instances.cu.in, once per dtype and pack width for
- * the kernels (NLK_INSTANCE), so that a build runs them in parallel.
+ * translation units CMake generates from instances.cu.in, once per dtype, pack width and norm
+ * for the kernels (NLK_INSTANCE), so that a build runs them in parallel.
  */
 #include "device.cuh"
 #include "nlk_cuda.h"
@@ -28,23 +31,30 @@
 
 namespace nlk {
 
+/* The kernels' one argument. At most 128 bytes, hence the narrow fields: a larger struct is
+ * read through a pointer to the parameter space, and ptxas then holds more registers (47
+ * instead of 40 in the one-row kernel at 2 packs: a resident CTA fewer per SM). */
 struct FwdArgs {
-  const void *x, *res, *w;
+  const void *x, *res, *w, *b;
   void *y, *res_out;
-  float *rstd;
+  float *rstd, *mean;
   int64_t sx, sres, sy, sres_out;
   int64_t M;
-  int N, group, wf32, cast, stages, pdl;
-  int pair; /* llama casting, weights of x's dtype, no offset: y by packed multiplies */
+  int N;
+  int16_t group;
+  int8_t stages, cast;
+  bool wf32, bf32, pdl;
+  bool pair; /* llama casting, weights of x's dtype, no offset: y by packed multiplies */
   float offset, eps, inv_n; /* inv_n: 1 / N, from the host */
 };
+static_assert(sizeof(FwdArgs) <= 128, "FwdArgs outgrew 128 bytes");
 
 /* What a one-row kernel's thread holds across the reduction: its packs of x, the weight read
  * after the reduction from L1 (X); x and the weight loaded with it (EARLY_W); nothing, x read
  * again from L1 after the reduction (RELOAD). */
 enum class Hold { X, EARLY_W, RELOAD };
 
-/* Everything that selects a forward kernel besides the dtype and the pack width. */
+/* Everything that selects a forward kernel besides the dtype, the pack width and the norm. */
 struct FwdKernel {
   Rows rows;
   int items;
@@ -52,9 +62,9 @@ struct FwdKernel {
   bool res;
 };
 
-/* The kernel for a key, from the translation unit that instantiates T and VEC; NULL when no
- * kernel has that layout. */
-template <typename T, int VEC> const void *fwd_kernel(const FwdKernel &key);
+/* The kernel for a key, from the translation unit that instantiates T, VEC and NORM; NULL
+ * when no kernel has that layout. */
+template <typename T, int VEC, Norm NORM> const void *fwd_kernel(const FwdKernel &key);
 
 /* The largest block per packs per thread (items 1, 2, 4, 8) and the CTAs of that size that
  * must fit an SM: at most 512 threads share a row from 2 packs up (wider rows take more packs
@@ -63,8 +73,10 @@ template <typename T, int VEC> const void *fwd_kernel(const FwdKernel &key);
  * nothing spills. */
 constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}, 0};
 constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 512};
-/* staged: any block up to 1024 threads within 32 registers, a full SM of threads. */
-enum { STAGED_MAX_BLOCK = 1024, STAGED_MIN_CTAS = 2 };
+/* staged: any block up to 1024 threads within 32 registers, a full SM of threads (LayerNorm's
+ * two passes need 64: one CTA of 1024). */
+enum { STAGED_MAX_BLOCK = 1024 };
+constexpr int staged_min_ctas(Norm norm) { return norm == Norm::LN ? 1 : 2; }
 
 /* ---- The kernels, compiled once per dtype and pack width (NLK_INSTANCE) ---- */
 
@@ -79,12 +91,69 @@ constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0};
  * to 2 packs; the first read's packs need more at 4 (three CTAs of 512) and 8. */
 constexpr BlockLimits FWD_RELOAD_LIMITS{{1024, 512, 512, 256}, {2, 4, 3, 4}, 0};
 
-/* y for one element from its input x, 1/rms r and weight W (W already rounded to T in
- * cast mode none). */
-template <typename T>
-__device__ __forceinline__ float rms_out(float x, float r, float W, int cast)
+/* A row's statistics: 1 / its root mean square r, about its mean mu for LayerNorm (mu = 0
+ * for RMSNorm). */
+struct Stats {
+  float mu, r;
+};
+
+/* y for one element from its input x, the row's statistics, weight W (W already rounded to T
+ * in RMSNorm's cast mode none) and bias B (LayerNorm: one rounding at the end, whatever the
+ * casting mode). */
+template <typename T, Norm NORM>
+__device__ __forceinline__ float norm_out(float x, const Stats &st, float W, float B, int cast)
 {
-  return cast == NLK_CAST_GEMMA ? x * r * W : round_to<T>(x * r) * W;
+  if constexpr (NORM == Norm::LN)
+    return (x - st.mu) * st.r * W + B;
+  return cast == NLK_CAST_GEMMA ? x * st.r * W : round_to<T>(x * st.r) * W;
+}
+
+/* LayerNorm's statistics in two passes over the thread's elements, which each(f) visits
+ * (f(x) per element as fp32; nothing for a thread of an inactive row): the mean, then the
+ * mean square about it, each summed over the group (every thread of the CTA calls this the
+ * same number of times). Two passes, as the reference: the one-pass E[x^2] - E[x]^2 loses
+ * the variance of rows whose mean is large against their spread. */
+template <typename Each>
+__device__ __forceinline__ Stats ln_stats(const FwdArgs &a, Each each, int G, float (*red)[32], int &parity)
+{
+  float s = 0.f;
+  each([&](float x) { s += x; });
+  const float mu = group_reduce(s, G, red, parity) * a.inv_n;
+  float v = 0.f;
+  each([&](float x) {
+    const float d = x - mu;
+    v += d * d;
+  });
+  return Stats{mu, rsqrtf(group_reduce(v, G, red, parity) * a.inv_n + a.eps)};
+}
+
+/* The thread's elements of a row held in packs, as ln_stats visits them. */
+template <typename T, int VEC, int ITEMS>
+__device__ __forceinline__ auto held(const Pack<T, VEC> (&xv)[ITEMS], bool active, int lane, int G, int nvec)
+{
+  return [&xv, active, lane, G, nvec](auto f) {
+    if (!active)
+      return;
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++)
+      if (lane + i * G < nvec) {
+        float x[VEC];
+        unpack(xv[i], x);
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+          f(x[j]);
+      }
+  };
+}
+
+/* The row's statistics out (rstd always optional, LayerNorm's mean too): by one thread. */
+template <Norm NORM>
+__device__ __forceinline__ void put_stats(const FwdArgs &a, int64_t row, const Stats &st)
+{
+  if (a.rstd)
+    a.rstd[row] = st.r;
+  if (NORM == Norm::LN && a.mean)
+    a.mean[row] = st.mu;
 }
 
 template <typename T, int VEC, int ITEMS, bool RES, bool STREAM>
@@ -119,80 +188,102 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
 }
 
 /* y for pack v of a row (y: its first pack) from its x (h for add_rmsnorm) pack p, the row's
- * 1/rms r and the weight of item i in wt, out through a streaming store (STREAM) or a plain
- * one. With llama casting and 16-bit weights of x's dtype and no offset (a.pair, decided on
- * the host), one packed multiply per two elements. The flag decided once on the host and
- * the row's address computed once keep the epilogue short: evaluated per pack, the
- * conditions and the address cost about a quarter more instructions per row. */
-template <bool STREAM, typename T, int VEC, int ITEMS>
+ * statistics, the weight of item i in wt and (LayerNorm) the bias, read here from L1, out
+ * through a streaming store (STREAM) or a plain one. RMSNorm with llama casting and 16-bit
+ * weights of x's dtype and no offset (a.pair, decided on the host): one packed multiply per
+ * two elements. The flag decided once on the host and the row's address computed once keep
+ * the epilogue short: evaluated per pack, the conditions and the address cost about a
+ * quarter more instructions per row. */
+template <bool STREAM, Norm NORM, typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void store_y(const FwdArgs &a, Pack<T, VEC> *y, int v, const Pack<T, VEC> &p,
-                                        float r, const Weights<T, VEC, ITEMS> &wt, int i)
+                                        const Stats &st, const Weights<T, VEC, ITEMS> &wt, int i)
 {
   Pack<T, VEC> o;
   float f[VEC];
   unpack(p, f);
-  if constexpr (Pair<T>::ok && VEC % 2 == 0) {
+  if constexpr (NORM == Norm::RMS && Pair<T>::ok && VEC % 2 == 0) {
     if (a.pair) {
       const Pack<T, VEC> wp = wt.pack(i, v);
 #pragma unroll
       for (int j = 0; j < VEC; j += 2)
-        mul_rounded(o.v + j, f[j] * r, f[j + 1] * r, wp.v + j);
+        mul_rounded(o.v + j, f[j] * st.r, f[j + 1] * st.r, wp.v + j);
       store_pack<STREAM>(y + v, o);
       return;
     }
   }
-  float W[VEC];
+  float W[VEC], B[VEC] = {};
   wt.get(i, v, W);
+  if constexpr (NORM == Norm::LN)
+    load_w<T, VEC>(a.b, a.bf32, 0.f, v, B, 0.f);
 #pragma unroll
-  for (int j = 0; j < VEC; j++)
-    o.v[j] = from_f<T>(rms_out<T>(f[j], r, a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j], a.cast));
+  for (int j = 0; j < VEC; j++) {
+    const float Wj = NORM == Norm::RMS && a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j];
+    o.v[j] = from_f<T>(norm_out<T, NORM>(f[j], st, Wj, B[j], a.cast));
+  }
   store_pack<STREAM>(y + v, o);
 }
 
+/* The statistics of a row held in packs: RMSNorm's sum of squares (after add_rmsnorm's
+ * residual add), LayerNorm's two passes. */
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES>
+__device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool active, int lane, int G,
+                                           int nvec, Pack<T, VEC> (&xv)[ITEMS],
+                                           const Pack<T, VEC> (&rv)[ITEMS], float (*red)[32],
+                                           int &parity)
+{
+  if constexpr (NORM == Norm::LN) {
+    return ln_stats(a, held(xv, active, lane, G, nvec), G, red, parity);
+  } else {
+    float ss = 0.f;
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < ITEMS; i++) {
+        const int v = lane + i * G;
+        if (v < nvec)
+          add_square<T, VEC, RES>(a, row, v, xv[i], rv[i], ss);
+      }
+    }
+    ss = group_reduce(ss, G, red, parity);
+    return Stats{0.f, rsqrtf(ss * a.inv_n + a.eps)};
+  }
+}
+
 /* One row: residual add (add_rmsnorm: h = round(x + res) to res_out, which may be res
- * itself: this thread read the element before overwriting it), sum of squares, the group's
- * reduction (every thread of the CTA calls this the same number of times), y and rstd. */
-template <typename T, int VEC, int ITEMS, bool RES>
+ * itself: this thread read the element before overwriting it), the row's statistics summed
+ * over the group (every thread of the CTA calls this the same number of times), y, rstd and
+ * (LayerNorm) the mean. */
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES>
 __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool active, int lane,
                                         int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
                                         const Pack<T, VEC> (&rv)[ITEMS],
                                         Weights<T, VEC, ITEMS> &wt, float (*red)[32],
                                         int &parity)
 {
-  float ss = 0.f;
-  if (active) {
-#pragma unroll
-    for (int i = 0; i < ITEMS; i++) {
-      const int v = lane + i * G;
-      if (v < nvec)
-        add_square<T, VEC, RES>(a, row, v, xv[i], rv[i], ss);
-    }
-  }
-  ss = group_reduce(ss, G, red, parity);
-  const float r = rsqrtf(ss * a.inv_n + a.eps);
+  const Stats st = row_stats<T, VEC, ITEMS, NORM, RES>(a, row, active, lane, G, nvec, xv, rv, red, parity);
   if (!active)
     return;
 #pragma unroll
   for (int i = 0; i < ITEMS; i++)
     opaque(xv[i]);
   wt.refresh();
-  if (lane == 0 && a.rstd)
-    a.rstd[row] = r;
+  if (lane == 0)
+    put_stats<NORM>(a, row, st);
   Pack<T, VEC> *y = row_packs<T, VEC>(a.y, row, a.sy);
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec)
-      store_y<true>(a, y, v, xv[i], r, wt, i);
+      store_y<true, NORM>(a, y, v, xv[i], st, wt, i);
   }
 }
 
 /* CTA, WARP and GROUPS: each group handles exactly one row. The weight is read after the
  * reduction, from L1 (the CTAs of an SM share it; x streams past it), or with EARLY
- * (Hold::EARLY_W, rmsnorm only: add_rmsnorm's residual packs leave no registers for it)
+ * (Hold::EARLY_W, RMSNorm only: add_rmsnorm's residual packs leave no registers for it, and
+ * LayerNorm's second pass wants them)
  * together with x, its latency hidden behind x's, and held in registers across the
  * reduction; x then loads with the default policy, which measured faster there. */
-template <typename T, int VEC, int ITEMS, bool RES, bool EARLY>
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY>
 __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS : FWD_LIMITS).ctas(ITEMS))
     fwd_one(FwdArgs a)
 {
@@ -207,10 +298,10 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS :
   if (active)
     load_in<T, VEC, ITEMS, RES, !EARLY>(a, row, lane, G, nvec, xv, rv);
   Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, EARLY && active);
-  process<T, VEC, ITEMS, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
+  process<T, VEC, ITEMS, NORM, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
 }
 
-/* Hold::RELOAD (rmsnorm only): x is read twice instead of held across the reduction, the
+/* Hold::RELOAD (RMSNorm only: LayerNorm's two passes would read x three times): x is read twice instead of held across the reduction, the
  * second time from L1 (the first read asks L1 and L2 to keep the lines, the second to drop
  * them), so a thread holds no packs there: 32 registers and four CTAs of 512 threads per SM
  * where the register-held row fits three. The weight is read from L1 after the reduction. y
@@ -242,16 +333,17 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
   const float r = rsqrtf(ss * a.inv_n + a.eps);
   if (!active)
     return;
-  if (lane == 0 && a.rstd)
-    a.rstd[row] = r;
+  const Stats st{0.f, r};
+  if (lane == 0)
+    put_stats<Norm::RMS>(a, row, st);
   const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, false);
   Pack<T, VEC> *y = row_packs<T, VEC>(a.y, row, a.sy);
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec)
-      store_y<false>(a, y, v, load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)), r, wt,
-                     i);
+      store_y<false, Norm::RMS>(a, y, v, load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)),
+                                st, wt, i);
   }
 }
 
@@ -259,7 +351,7 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
  * idle but still join the barriers). Stage s of a thread's staging holds its x (and
  * residual) packs of the row s iterations ahead; each iteration tops the pipeline up, waits
  * for the oldest stage and works on it from registers. */
-template <typename T, int VEC, int ITEMS, bool RES>
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES>
 __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(ITEMS)) fwd_stride(FwdArgs a)
 {
   pdl_begin(a.pdl);
@@ -305,7 +397,7 @@ __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(I
           if (RES)
             rv[i] = *st.at(stage, 1, i);
         }
-    process<T, VEC, ITEMS, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
+    process<T, VEC, ITEMS, NORM, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
     stage = stage + 1 == S ? 0 : stage + 1;
   }
   copy_wait(0);
@@ -317,8 +409,8 @@ __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(I
  * against three register-held rows of 512 threads). Each thread reads back only the slots
  * it copied, so the reduction is the only barrier; the weight comes from L1 after it.
  * Limits: the row (and residual) must fit one CTA's shared memory. */
-template <typename T, int VEC, bool RES>
-__global__ void __launch_bounds__(STAGED_MAX_BLOCK, STAGED_MIN_CTAS) fwd_staged(FwdArgs a)
+template <typename T, int VEC, Norm NORM, bool RES>
+__global__ void __launch_bounds__(STAGED_MAX_BLOCK, staged_min_ctas(NORM)) fwd_staged(FwdArgs a)
 {
   pdl_begin(a.pdl);
   using P = Pack<T, VEC>;
@@ -335,27 +427,41 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, STAGED_MIN_CTAS) fwd_staged(
   }
   copy_commit();
   copy_wait(0);
-  float ss = 0.f;
-  for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-    P x = xs[v];
-    add_square<T, VEC, RES>(a, row, v, x, RES ? rs[v] : x, ss);
-    if (RES)
-      xs[v] = x;
+  Stats st;
+  if constexpr (NORM == Norm::LN) {
+    st = ln_stats(a, [&](auto f) {
+      for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+        float x[VEC];
+        unpack(xs[v], x);
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+          f(x[j]);
+      }
+    }, blockDim.x, red, parity);
+  } else {
+    float ss = 0.f;
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+      P x = xs[v];
+      add_square<T, VEC, RES>(a, row, v, x, RES ? rs[v] : x, ss);
+      if (RES)
+        xs[v] = x;
+    }
+    ss = group_reduce(ss, blockDim.x, red, parity);
+    st = Stats{0.f, rsqrtf(ss * a.inv_n + a.eps)};
   }
-  ss = group_reduce(ss, blockDim.x, red, parity);
-  const float r = rsqrtf(ss * a.inv_n + a.eps);
-  if (threadIdx.x == 0 && a.rstd)
-    a.rstd[row] = r;
+  if (threadIdx.x == 0)
+    put_stats<NORM>(a, row, st);
   const Weights<T, VEC, 1> wt(a.w, a.wf32, a.offset, 0, 0, nvec, false);
   P *y = row_packs<T, VEC>(a.y, row, a.sy);
 #pragma unroll 2
   for (int v = threadIdx.x; v < nvec; v += blockDim.x)
-    store_y<true>(a, y, v, xs[v], r, wt, 0);
+    store_y<true, NORM>(a, y, v, xs[v], st, wt, 0);
 }
 
-/* LOOP: rows wider than registers hold. The CTA loops over the row twice, the second time
- * re-reading x (or h from res_out) and the weight, mostly from L1 or L2. */
-template <typename T, int VEC>
+/* LOOP: rows wider than registers hold. The CTA loops over the row twice (LayerNorm: three
+ * times, its statistics taking two passes), re-reading x (or h from res_out) and the weight,
+ * mostly from L1 or L2. */
+template <typename T, int VEC, Norm NORM>
 __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a)
 {
   pdl_begin(a.pdl);
@@ -366,49 +472,73 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a)
   for (int64_t row = blockIdx.x; row < a.M; row += gridDim.x) {
     const void *src = a.res ? a.res_out : a.x;
     const int64_t src_stride = a.res ? a.sres_out : a.sx;
-    float ss = 0.f;
-    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-      Pack<T, VEC> xv = load<T, VEC, false>(a.x, row, a.sx, v);
-      if (a.res)
-        add_square<T, VEC, true>(a, row, v, xv, load<T, VEC>(a.res, row, a.sres, v), ss);
-      else
-        add_square<T, VEC, false>(a, row, v, xv, xv, ss);
+    Stats st;
+    if constexpr (NORM == Norm::LN) {
+      st = ln_stats(a, [&](auto f) {
+        for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+          float x[VEC];
+          unpack(load<T, VEC, false>(a.x, row, a.sx, v), x);
+#pragma unroll
+          for (int j = 0; j < VEC; j++)
+            f(x[j]);
+        }
+      }, blockDim.x, red, parity);
+    } else {
+      float ss = 0.f;
+      for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+        Pack<T, VEC> xv = load<T, VEC, false>(a.x, row, a.sx, v);
+        if (a.res)
+          add_square<T, VEC, true>(a, row, v, xv, load<T, VEC>(a.res, row, a.sres, v), ss);
+        else
+          add_square<T, VEC, false>(a, row, v, xv, xv, ss);
+      }
+      ss = group_reduce(ss, blockDim.x, red, parity);
+      st = Stats{0.f, rsqrtf(ss * a.inv_n + a.eps)};
     }
-    ss = group_reduce(ss, blockDim.x, red, parity);
-    const float r = rsqrtf(ss * a.inv_n + a.eps);
-    if (threadIdx.x == 0 && a.rstd)
-      a.rstd[row] = r;
+    if (threadIdx.x == 0)
+      put_stats<NORM>(a, row, st);
     Pack<T, VEC> *y = row_packs<T, VEC>(a.y, row, a.sy);
     for (int v = threadIdx.x; v < nvec; v += blockDim.x)
-      store_y<true>(a, y, v, load<T, VEC>(src, row, src_stride, v), r, wt, 0);
+      store_y<true, NORM>(a, y, v, load<T, VEC>(src, row, src_stride, v), st, wt, 0);
   }
 }
 
 } // namespace
 
-template <typename T, int VEC> const void *fwd_kernel(const FwdKernel &key)
+/* RES picks add_rmsnorm's kernels, which exist for RMSNorm only; the early weight and the
+ * reload are RMSNorm's too. */
+template <typename T, int VEC, Norm NORM, bool RES> const void *fwd_kernel_of(const FwdKernel &key)
 {
-  if (key.rows == Rows::LOOP)
-    return (const void *)fwd_loop<T, VEC>;
-  if (key.rows == Rows::STAGED)
-    return key.res ? (const void *)fwd_staged<T, VEC, true> : (const void *)fwd_staged<T, VEC, false>;
-  const void *kp = NULL;
-  with_items(key.items, [&](auto I) {
-    constexpr int IT = decltype(I)::value;
-    if (key.rows == Rows::STRIDE)
-      kp = key.res ? (const void *)fwd_stride<T, VEC, IT, true> : (const void *)fwd_stride<T, VEC, IT, false>;
-    else if (key.res)
-      kp = (const void *)fwd_one<T, VEC, IT, true, false>;
-    else
-      kp = key.hold == Hold::RELOAD    ? (const void *)fwd_reload<T, VEC, IT>
-           : key.hold == Hold::EARLY_W ? (const void *)fwd_one<T, VEC, IT, false, true>
-                                       : (const void *)fwd_one<T, VEC, IT, false, false>;
-    return 0;
-  });
-  return kp;
+  if constexpr (RES && NORM == Norm::LN) {
+    return NULL;
+  } else {
+    if (key.rows == Rows::LOOP)
+      return (const void *)fwd_loop<T, VEC, NORM>; /* the residual is a runtime pointer there */
+    if (key.rows == Rows::STAGED)
+      return (const void *)fwd_staged<T, VEC, NORM, RES>;
+    const void *kp = NULL;
+    with_items(key.items, [&](auto I) {
+      constexpr int IT = decltype(I)::value;
+      if (key.rows == Rows::STRIDE)
+        kp = (const void *)fwd_stride<T, VEC, IT, NORM, RES>;
+      else if constexpr (RES || NORM == Norm::LN)
+        kp = (const void *)fwd_one<T, VEC, IT, NORM, RES, false>;
+      else
+        kp = key.hold == Hold::RELOAD    ? (const void *)fwd_reload<T, VEC, IT>
+             : key.hold == Hold::EARLY_W ? (const void *)fwd_one<T, VEC, IT, NORM, false, true>
+                                         : (const void *)fwd_one<T, VEC, IT, NORM, false, false>;
+      return 0;
+    });
+    return kp;
+  }
 }
 
-template const void *fwd_kernel<NLK_INSTANCE_T, NLK_INSTANCE_VEC>(const FwdKernel &);
+template <typename T, int VEC, Norm NORM> const void *fwd_kernel(const FwdKernel &key)
+{
+  return key.res ? fwd_kernel_of<T, VEC, NORM, true>(key) : fwd_kernel_of<T, VEC, NORM, false>(key);
+}
+
+template const void *fwd_kernel<NLK_INSTANCE_T, NLK_INSTANCE_VEC, NLK_INSTANCE_NORM>(const FwdKernel &);
 
 #else
 
@@ -426,7 +556,7 @@ struct FwdPlan {
 
 Hold hold_of(const nlk_norm *k)
 {
-  if (k->res)
+  if (k->res || norm_of(k) == Norm::LN)
     return Hold::X;
   if (k->fwd.reload_min_n > 0 && k->N >= k->fwd.reload_min_n)
     return Hold::RELOAD;
@@ -470,7 +600,9 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
       return false;
   }
   const FwdKernel key{rows, p->c.items, hold_of(k), k->res != NULL};
-  p->kernel = with_vec<T>(p->c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value>(key); });
+  p->kernel = with_norm(k, [&](auto N) {
+    return with_vec<T>(p->c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
+  });
   return p->kernel && allow_smem(k, p->kernel, p->smem) == cudaSuccess;
 }
 
@@ -493,11 +625,13 @@ int run(nlk_norm *k, const Candidates &cands)
     if (grid > groups)
       grid = groups;
   }
-  FwdArgs a{.x = k->x, .res = k->res, .w = k->w, .y = k->y, .res_out = k->res_out,
-            .rstd = k->rstd, .sx = k->sx, .sres = k->sres, .sy = k->sy, .sres_out = k->sres_out,
-            .M = k->M, .N = (int)k->N, .group = p.c.group, .wf32 = k->wdt == NLK_F32,
-            .cast = k->cast, .stages = p.stages, .pdl = k->pdl,
-            .pair = k->cast == NLK_CAST_LLAMA && k->w && k->wdt == k->dt && k->offset == 0.f,
+  const bool ln = norm_of(k) == Norm::LN;
+  FwdArgs a{.x = k->x, .res = k->res, .w = k->w, .b = ln ? k->b : NULL, .y = k->y,
+            .res_out = k->res_out, .rstd = k->rstd, .mean = ln ? k->mean : NULL, .sx = k->sx,
+            .sres = k->sres, .sy = k->sy, .sres_out = k->sres_out, .M = k->M, .N = (int)k->N,
+            .group = (int16_t)p.c.group, .stages = (int8_t)p.stages, .cast = (int8_t)k->cast,
+            .wf32 = k->wdt == NLK_F32, .bf32 = k->bdt == NLK_F32, .pdl = k->pdl != 0,
+            .pair = !ln && k->cast == NLK_CAST_LLAMA && k->w && k->wdt == k->dt && k->offset == 0.f,
             .offset = k->offset, .eps = k->eps, .inv_n = 1.f / (float)k->N};
   k->grid = (int32_t)grid;
   k->block = p.c.block;

@@ -23,6 +23,22 @@
 
 namespace nlk {
 
+/* The normalisation a kernel computes, a template parameter of every kernel of the family:
+ * RMSNorm (add_rmsnorm too: its residual add is a forward switch of its own, its residual
+ * gradient a runtime pointer) or LayerNorm (the mean subtracted, a bias; its backward has
+ * two row sums and a bias gradient). Instances of each are compiled in translation units of
+ * their own. */
+enum class Norm { RMS, LN };
+
+__host__ inline Norm norm_of(const nlk_norm *k) { return k->op == NLK_LAYERNORM ? Norm::LN : Norm::RMS; }
+
+/* Calls f(std::integral_constant<Norm, ...>) for k's norm. */
+template <typename F> __host__ inline auto with_norm(const nlk_norm *k, F &&f)
+{
+  return norm_of(k) == Norm::LN ? f(std::integral_constant<Norm, Norm::LN>{})
+                                : f(std::integral_constant<Norm, Norm::RMS>{});
+}
+
 /* How a launch maps rows to threads; every plan is one of these. */
 enum class Rows {
   CTA,     /* one CTA per row, the row in registers (the CTA is the row's threads) */

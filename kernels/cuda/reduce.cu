@@ -1,7 +1,7 @@
 /*
  * reduce.cu: the backward's weight-gradient reductions: dW (and, with LayerNorm, dB) as the
  * column sums of the fp32 partial rows the strategies leave in their workspace, and the
- * conversion of an atomic reduction's fp32 accumulator into dW's dtype. Deterministic: a
+ * conversion of an atomic reduction's fp32 accumulator into their dtypes. Deterministic: a
  * fixed summation order whatever the launch.
  */
 #include "device.cuh"
@@ -12,6 +12,29 @@ namespace nlk {
 
 namespace {
 
+/* Where column col of the partial rows goes: dW, or from db_at on dB, each in its dtype. */
+struct GradOut {
+  void *dw, *db;
+  int wdt, bdt, db_at;
+  __device__ __forceinline__ void store(int col, float v) const
+  {
+    const bool b = db && col >= db_at;
+    void *out = b ? db : dw;
+    col -= b ? db_at : 0;
+    switch (b ? bdt : wdt) {
+    case NLK_F32: static_cast<float *>(out)[col] = v; break;
+    case NLK_F16: static_cast<__half *>(out)[col] = from_f<__half>(v); break;
+    default: static_cast<__nv_bfloat16 *>(out)[col] = from_f<__nv_bfloat16>(v); break;
+    }
+  }
+};
+
+GradOut grad_out(const nlk_norm *k)
+{
+  const GradCols g = grad_cols(k);
+  return GradOut{k->dw, g.db ? k->db : NULL, k->wdt, k->bdt, (int)g.db_at};
+}
+
 /* Drops a 128-byte line from L2 without writing it back (sm_80 on; elsewhere a no-op). */
 __device__ __forceinline__ void discard_line(const float *p)
 {
@@ -20,16 +43,17 @@ __device__ __forceinline__ void discard_line(const float *p)
 #endif
 }
 
-/* dW[col] = sum over rows p of P[p][col], in row order within each of 16 row lanes, then
+/* G[col] = sum over rows p of P[p][col] (N: the partial rows' width), stored by `out`, in row
+ * order within each of 16 row lanes, then
  * lane order: deterministic, and the same bits for either V. A thread sums V adjacent
  * columns (16-byte loads when V = 4) and has up to 8 of its rows in flight; the partials were
  * just written and mostly come from L2, so the latency of few loads in flight, not DRAM,
  * bounded the scalar version. With `discard` (rows of whole 128-byte lines) each warp then
  * drops the lines it has read: the partials are scratch, and left dirty in L2 they would be
  * written back to DRAM during the next kernel. */
-template <typename TW, int V>
+template <int V>
 __global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, int N, bool discard,
-                                                 TW *dw)
+                                                 GradOut out)
 {
   using F = std::conditional_t<V == 4, float4, float>;
   __shared__ __align__(16) float red[16][32 * V];
@@ -78,16 +102,16 @@ __global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, i
     float s = 0.f;
     for (int y = 0; y < 16; y++)
       s += red[y][t];
-    dw[c] = from_f<TW>(s);
+    out.store(c, s);
   }
 }
 
-/* The atomic reduction's fp32 accumulator into dW's dtype (fp32 dW is accumulated in place). */
-template <typename TW>
-__global__ void dw_convert(const float *acc, int N, TW *dw)
+/* The atomic reduction's fp32 accumulator into the gradients' dtypes (an fp32 dW alone is
+ * accumulated in place). */
+__global__ void dw_convert(const float *acc, int N, GradOut out)
 {
   for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < N; col += gridDim.x * blockDim.x)
-    dw[col] = from_f<TW>(acc[col]);
+    out.store(col, acc[col]);
 }
 
 } // namespace
@@ -97,27 +121,21 @@ __global__ void dw_convert(const float *acc, int N, TW *dw)
  * drop: the buffer's lines may be discarded once read, where rows are whole lines. */
 int reduce_partials(nlk_norm *k, const float *P, int64_t rows, bool drop)
 {
-  return with_dtype(k->wdt, [&](auto t) {
-    using TW = decltype(t);
-    const int N = (int)k->N;
-    const bool wide = N % 4 == 0 && (int64_t)N / 128 >= k->sm_count / 2, lines = drop && N % 32 == 0;
-    cudaStream_t s = (cudaStream_t)k->stream;
-    if (wide)
-      dw_reduce<TW, 4><<<(unsigned)((N + 127) / 128), 512, 0, s>>>(P, rows, N, lines, (TW *)k->dw);
-    else
-      dw_reduce<TW, 1><<<(unsigned)((N + 31) / 32), 512, 0, s>>>(P, rows, N, lines, (TW *)k->dw);
-    return cuda_result(k, cudaGetLastError());
-  });
+  const int N = (int)grad_cols(k).pw;
+  const bool wide = N % 4 == 0 && (int64_t)N / 128 >= k->sm_count / 2, lines = drop && N % 32 == 0;
+  cudaStream_t s = (cudaStream_t)k->stream;
+  if (wide)
+    dw_reduce<4><<<(unsigned)((N + 127) / 128), 512, 0, s>>>(P, rows, N, lines, grad_out(k));
+  else
+    dw_reduce<1><<<(unsigned)((N + 31) / 32), 512, 0, s>>>(P, rows, N, lines, grad_out(k));
+  return cuda_result(k, cudaGetLastError());
 }
 
 int convert_accum(nlk_norm *k, const float *acc)
 {
-  return with_dtype(k->wdt, [&](auto t) {
-    using TW = decltype(t);
-    dw_convert<TW><<<(unsigned)((k->N + 255) / 256), 256, 0, (cudaStream_t)k->stream>>>(acc, (int)k->N,
-                                                                                        (TW *)k->dw);
-    return cuda_result(k, cudaGetLastError());
-  });
+  const int N = (int)grad_cols(k).pw;
+  dw_convert<<<(unsigned)((N + 255) / 256), 256, 0, (cudaStream_t)k->stream>>>(acc, N, grad_out(k));
+  return cuda_result(k, cudaGetLastError());
 }
 
 } // namespace nlk

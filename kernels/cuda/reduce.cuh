@@ -1,6 +1,7 @@
 /*
  * reduce.cuh: the backward's weight-gradient reductions (reduce.cu), which every backward
- * strategy that does not sum dW in its own kernel ends with.
+ * strategy that does not sum dW (and dB) in its own kernel ends with, and the layout of the
+ * fp32 partial rows they sum.
  */
 #ifndef NL_REDUCE_CUH
 #define NL_REDUCE_CUH
@@ -9,11 +10,30 @@
 
 namespace nlk {
 
-/* dW (in k->wdt, at k->dw) = the column sums of `rows` x N fp32 partial rows at P, on k's
- * stream; drop: P is scratch, and its lines may be dropped from L2 once read. */
+/* The gradients a backward sums over rows: dW when affine, dB for a LayerNorm with a bias.
+ * They lie side by side in each fp32 partial row (and in an atomic reduction's accumulator):
+ * pw floats, dW from column 0, dB from column db_at. */
+struct GradCols {
+  bool dw, db;
+  int64_t pw, db_at;
+};
+
+inline GradCols grad_cols(const nlk_norm *k)
+{
+  GradCols g;
+  g.dw = k->dw != NULL;
+  g.db = k->op == NLK_LAYERNORM && k->db != NULL && k->bdt != NLK_NONE;
+  g.db_at = g.dw ? k->N : 0;
+  g.pw = k->N * ((g.dw ? 1 : 0) + (g.db ? 1 : 0));
+  return g;
+}
+
+/* dW (in k->wdt, at k->dw) and dB (k->bdt, k->db) = the column sums of `rows` fp32 partial
+ * rows at P (grad_cols's layout), on k's stream; drop: P is scratch, and its lines may be
+ * dropped from L2 once read. */
 int reduce_partials(nlk_norm *k, const float *P, int64_t rows, bool drop);
 
-/* dW (16-bit) from the N-float accumulator of an atomic reduction. */
+/* dW and dB from the accumulator of an atomic reduction (grad_cols's layout). */
 int convert_accum(nlk_norm *k, const float *acc);
 
 } // namespace nlk
