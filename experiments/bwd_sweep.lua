@@ -1,35 +1,51 @@
--- bwd_sweep.lua: the main experiment. RMSNorm backward, the old one-row-per-CTA design
--- (`row`: dW through an M x N fp32 temp) against the persistent one (dW in registers,
--- grid x N partials), plus every other registered backward strategy of the device. Each
--- variant is first checked against the fp64 reference on the same shape, then timed;
--- the table shows GB/s by the one byte model, % of the measured copy roofline and the
--- speedup persistent / row.
+-- bwd_sweep.lua: the main experiment. The backward pass of one op (--op rmsnorm, the
+-- default, layernorm or add_rmsnorm): the old one-row-per-CTA design (`row`: dW through an
+-- M x N fp32 temp) against the persistent one (dW in registers, grid x N partials), plus
+-- every other backward strategy the registry has for the op on the device. Each variant is
+-- first checked against the fp64 reference on the same shape, then timed; the table shows
+-- GB/s by the one byte model, % of the measured copy roofline and the speedup
+-- persistent / row.
 --
---   normlab experiments/bwd_sweep.lua [--device cpu|cuda] [--M 4096] [--N 1024..16384]
---       [--dtypes bf16,fp16,fp32] [--variants row,persistent] [--graph] [--csv f] [--json f]
+--   normlab experiments/bwd_sweep.lua [--op rmsnorm|layernorm|add_rmsnorm] [--device cpu|cuda]
+--       [--M 4096] [--N 1024..16384] [--dtypes bf16,fp16,fp32] [--variants row,persistent]
+--       [--weight x|fp32|none] [--bias x|fp32|none] [--graph] [--csv f] [--json f]
+-- Weights (and LayerNorm's bias, unless --bias says otherwise) are in x's dtype by default.
 local nl = require("normlab")
 local cli = require("normlab.cli")
 
-local p = cli.parser("RMSNorm backward: the old row design against persistent (and the rest).",
-  {M = "4096", N = "1024..16384", dtypes = "bf16,fp16,fp32"})
+local p = cli.parser("Backward pass of an op: the old row design against persistent (and the "
+  .. "rest).",
+  {M = "4096", N = "1024..16384", dtypes = "bf16,fp16,fp32", weight = "x"})
+cli.op_options(p, {pass = "bwd"})
 local args = cli.parse(p)
 local dev = nl.device(args.device)
 
--- Without --variants: every backward strategy registered for this device, row first, and
--- on a GPU `auto` too, to show what the dispatch settings pick (on the CPU it only
--- repeats persistent).
+-- Without --variants: every backward strategy registered for the op on this device, row and
+-- persistent first, and on a GPU `auto` too, to show what the dispatch settings pick (on the
+-- CPU it only repeats persistent).
 local variants = args.variants
 if not variants then
-  variants = {"row", "persistent"}
-  for _, v in ipairs(nl.variants{op = "rmsnorm", pass = "bwd", backend = dev.kind}) do
+  local registered, rest = {}, {}
+  for _, v in ipairs(nl.variants{op = args.op, pass = args.pass, backend = dev.kind}) do
     local s = v.strategy
+    registered[s] = true
     if s ~= "row" and s ~= "persistent" and s ~= "ref" and (s ~= "auto" or dev.kind == "cuda") then
-      variants[#variants + 1] = s
+      rest[#rest + 1] = s
     end
+  end
+  variants = {}
+  for _, s in ipairs({"row", "persistent"}) do
+    if registered[s] then variants[#variants + 1] = s end
+  end
+  for _, s in ipairs(rest) do
+    variants[#variants + 1] = s
+  end
+  if #variants == 0 then
+    error(cli.usage_error(string.format("%s has no variants for %s yet (normlab --list shows "
+      .. "the registry)", args.opname, dev.name)))
   end
 end
 
 -- Weights in x's dtype, as in the anchors (HF models keep the norm weight in the model dtype).
-local r = nl.bench(cli.bench_opts(args, {op = "rmsnorm.bwd", device = dev, variants = variants,
-  weight = "x"}))
+local r = nl.bench(cli.bench_opts(args, {device = dev, variants = variants}))
 cli.emit(r, args, {speedup = {"persistent", "row"}})

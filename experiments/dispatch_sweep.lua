@@ -2,8 +2,11 @@
 -- sizes, CTAs per SM, the fused reduction) over shapes and variants, one column per
 -- combination. Every combination is checked against the fp64 reference, then timed.
 --
---   normlab experiments/dispatch_sweep.lua --op rmsnorm.bwd --variants persistent \
+--   normlab experiments/dispatch_sweep.lua --op rmsnorm --pass bwd --variants persistent \
 --       --set rmsnorm.bwd.items=1,2,4 --set rmsnorm.bwd.block=256,512,1024 --M 4096 --N 4096
+-- --op is rmsnorm (the default), layernorm or add_rmsnorm, and --pass fwd or bwd (default
+-- bwd); --op <op>.<pass> (--op rmsnorm.bwd) says both at once. --weight x|fp32|none (default
+-- x) and, for layernorm, --bias (default: as the weight) choose the weight and bias dtypes.
 -- Each --set key=v1,v2,... adds an axis; the cartesian product of all axes is run. A value
 -- given twice runs twice (A/B rounds), its second column labelled #2.
 local nl = require("normlab")
@@ -11,8 +14,8 @@ local cli = require("normlab.cli")
 local report = require("normlab.report")
 
 local p = cli.parser("Sweep runtime settings; one column per combination.",
-  {M = "4096", N = "1024..16384", dtypes = "bf16", variants = "auto"})
-p:option("--op", "The op and pass, e.g. rmsnorm.bwd."):default("rmsnorm.bwd")
+  {M = "4096", N = "1024..16384", dtypes = "bf16", variants = "auto", weight = "x"})
+cli.op_options(p, {pass = "bwd", choose = true})
 p:option("--set", "key=v1,v2,...: a setting and the values to try (repeatable).")
   :count("*"):argname("<key=values>")
 local args = cli.parse(p)
@@ -68,7 +71,7 @@ for i, combo in ipairs(combos) do
     nl.set(kv[1], kv[2])
   end
   io.stderr:write(string.format("[combination %d/%d] %s\n", i, #combos, label(combo)))
-  local ok, r = pcall(nl.bench, cli.bench_opts(args, {op = args.op, device = dev, weight = "x"}))
+  local ok, r = pcall(nl.bench, cli.bench_opts(args, {device = dev}))
   for _, kv in ipairs(saved) do
     nl.set(kv[1], kv[2])
   end

@@ -1,27 +1,37 @@
--- fwd_sweep.lua: RMSNorm forward, every registered strategy of the device and `auto`, on the
+-- fwd_sweep.lua: the forward pass of one op (--op rmsnorm, the default, layernorm or
+-- add_rmsnorm), every strategy the registry has for it on the device and `auto`, on the
 -- M = 4096 shapes of the main experiment and the large ones (M x N >= 32M elements) where
--- the forward should run at the copy roofline. Checked against the fp64 reference first.
+-- the forward should run at the copy roofline. Checked against the fp64 reference first;
+-- the speedup column is auto / row.
 --
---   normlab experiments/fwd_sweep.lua [--device cuda] [--M 4096,32768] [--N 1024..16384]
---       [--dtypes bf16] [--graph] [--csv f] [--json f]
+--   normlab experiments/fwd_sweep.lua [--op rmsnorm|layernorm|add_rmsnorm] [--device cuda]
+--       [--M 4096,32768] [--N 1024..16384] [--dtypes bf16] [--weight x|fp32|none]
+--       [--bias x|fp32|none] [--graph] [--csv f] [--json f]
+-- Weights (and LayerNorm's bias, unless --bias says otherwise) are in x's dtype by default.
 local nl = require("normlab")
 local cli = require("normlab.cli")
 
-local p = cli.parser("RMSNorm forward: every strategy and auto.",
-  {M = "4096,32768", N = "1024..16384", dtypes = "bf16"})
+local p = cli.parser("Forward pass of an op: every strategy and auto.",
+  {M = "4096,32768", N = "1024..16384", dtypes = "bf16", weight = "x"})
+cli.op_options(p, {pass = "fwd"})
 local args = cli.parse(p)
 local dev = nl.device(args.device)
 
+-- Without --variants: every forward strategy registered for the op on this device, in the
+-- registry's order, auto included.
 local variants = args.variants
 if not variants then
   variants = {}
-  for _, v in ipairs(nl.variants{op = "rmsnorm", pass = "fwd", backend = dev.kind}) do
+  for _, v in ipairs(nl.variants{op = args.op, pass = args.pass, backend = dev.kind}) do
     if v.strategy ~= "ref" then
       variants[#variants + 1] = v.strategy
     end
   end
+  if #variants == 0 then
+    error(cli.usage_error(string.format("%s has no variants for %s yet (normlab --list shows "
+      .. "the registry)", args.opname, dev.name)))
+  end
 end
 
-local r = nl.bench(cli.bench_opts(args, {op = "rmsnorm.fwd", device = dev, variants = variants,
-  weight = "x"}))
+local r = nl.bench(cli.bench_opts(args, {device = dev, variants = variants}))
 cli.emit(r, args, {speedup = {"auto", "row"}})

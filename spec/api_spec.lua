@@ -426,7 +426,7 @@ describe("nl.bench", function()
 
   it("checks its options", function()
     helper.raises("unknown option 'Ns' for bench (expected: op, variants, M, N, dtype, device, "
-      .. "weight, cast, offset, eps, reduce, check, mode, outputs, graph, batches, reps, "
+      .. "weight, bias, cast, offset, eps, reduce, check, mode, outputs, graph, batches, reps, "
       .. "warmup_ms, batch_ms, progress, seed, stats)", nl.bench, {op = "rmsnorm", Ns = 1})
     helper.raises("bench: option 'stats' = false applies to forward passes only "
       .. "(rmsnorm.bwd reads them)", nl.bench, {op = "rmsnorm.bwd", M = 1, N = 1, stats = false})
@@ -436,6 +436,50 @@ describe("nl.bench", function()
       nl.bench, {op = "layernorm.bwd", M = 1, N = 1, cast = "gemma", device = "cpu"})
     helper.raises("bench: option 'M' must hold positive integers, got {0}",
       nl.bench, {op = "rmsnorm.bwd", M = {0}, N = 1})
+    helper.raises("bench: option 'bias' must be fp32, x or none, got 'fp16'",
+      nl.bench, {op = "layernorm", M = 1, N = 1, bias = "fp16", device = "cpu"})
+    helper.raises("bench: option 'bias' applies to layernorm, not add_rmsnorm",
+      nl.bench, {op = "add_rmsnorm.bwd", M = 1, N = 1, bias = "x", device = "cpu"})
+  end)
+
+  it("gives layernorm a bias of the weight's kind unless 'bias' says otherwise", function()
+    -- M x N bf16 activations; counted by the byte model: forward x read and y written, w and
+    -- b read, mean and rstd written; backward dy and x read and dx written, w read, dw and db
+    -- written (b is not read), mean and rstd read.
+    local M, N = 16, 64
+    local act, stats = M * N * 2, 2 * M * 4
+    local SZ = {x = 2, fp32 = 4, none = 0}
+    for _, c in ipairs({{}, {weight = "fp32"}, {weight = "x", bias = "fp32"},
+        {weight = "x", bias = "none"}, {weight = "none"}, {weight = "none", bias = "x"}}) do
+      local weight = c.weight or "fp32"
+      local bias = c.bias or weight
+      local wb, bb = N * SZ[weight], N * SZ[bias]
+      for _, pass in ipairs({"fwd", "bwd"}) do
+        local what = pass .. " weight " .. tostring(c.weight) .. " bias " .. tostring(c.bias)
+        local r = nl.bench({op = "layernorm." .. pass, variants = {"row"}, M = M, N = N,
+          dtype = "bf16", device = "cpu", weight = c.weight, bias = c.bias, batches = 1, reps = 1,
+          warmup_ms = 1, progress = false})
+        local row = r.rows[1]
+        assert.are.equal("ok", row.status, tostring(row.reason))
+        assert.are.equal(weight, r.meta.weight, what)
+        assert.are.equal(bias, r.meta.bias, what)
+        if pass == "fwd" then
+          assert.are.equal(2 * act + wb + bb + stats, row.bytes, what)
+        else
+          assert.are.equal(3 * act + 2 * wb + bb + stats, row.bytes, what)
+          assert.are.equal(weight ~= "none", row.check.dw ~= nil, what)
+          assert.are.equal(bias ~= "none", row.check.db ~= nil, what)
+        end
+        for f, chk in pairs(row.check) do
+          assert.is_true(chk.ok, what .. " " .. f)
+        end
+      end
+    end
+    -- the ops without a bias take none, and say so in meta
+    local r = nl.bench({op = "rmsnorm", variants = {"row"}, M = 2, N = 8, device = "cpu",
+      bias = "none", batches = 1, reps = 1, warmup_ms = 1, progress = false})
+    assert.are.equal("ok", r.rows[1].status)
+    assert.are.equal("none", r.meta.bias)
   end)
 
   it_cuda("#cuda benchmarks CUDA variants checked against the CPU reference", function()

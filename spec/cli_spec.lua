@@ -306,6 +306,101 @@ describe("normlab.cli", function()
     assert.has_error(function() r:text({speedup = {"auto", "row"}}) end)
   end)
 
+  it("--op of a script of one pass: the op alone or <op>.<its pass>, rmsnorm by default", function()
+    local function sweep(pass)
+      return cli.op_options(cli.parser("one pass", {}, "sweep"), {pass = pass})
+    end
+    local a = cli.parse(sweep("bwd"), {})
+    assert.are.same({"rmsnorm", "bwd", "rmsnorm.bwd"}, {a.op, a.pass, a.opname})
+    for _, op in ipairs(cli.OPS) do
+      for _, pass in ipairs(cli.PASSES) do
+        a = cli.parse(sweep(pass), {"--op", op})
+        assert.are.same({op, pass, op .. "." .. pass}, {a.op, a.pass, a.opname})
+        a = cli.parse(sweep(pass), {"--op", op .. "." .. pass})
+        assert.are.same({op, pass, op .. "." .. pass}, {a.op, a.pass, a.opname})
+      end
+    end
+    local o = cli.bench_opts(cli.parse(sweep("fwd"), {"--op", "add_rmsnorm"}), {op = "rmsnorm.fwd"})
+    assert.are.equal("add_rmsnorm.fwd", o.op)
+    assert.is_nil(o.bias)
+    local text = cli.parse(sweep("fwd"), {"-h"}, {on_help = function(t) return t end})
+    assert.truthy(text:find("--op <op>", 1, true))
+    assert.falsy(text:find("--pass", 1, true))
+  end)
+
+  it("--op and --pass of a script that runs either pass; --op <op>.<pass> as before", function()
+    local function sweep()
+      return cli.op_options(cli.parser("either pass", {}, "sweep"), {pass = "bwd", choose = true})
+    end
+    for _, case in ipairs({
+      {{}, "rmsnorm.bwd"},
+      {{"--op", "rmsnorm.bwd"}, "rmsnorm.bwd"},       -- tools/gpu.sh's form
+      {{"--op", "rmsnorm.fwd"}, "rmsnorm.fwd"},
+      {{"--op", "layernorm"}, "layernorm.bwd"},
+      {{"--op", "layernorm", "--pass", "fwd"}, "layernorm.fwd"},
+      {{"--pass", "fwd"}, "rmsnorm.fwd"},
+      {{"--op", "add_rmsnorm.fwd", "--pass", "fwd"}, "add_rmsnorm.fwd"},
+    }) do
+      local a = cli.parse(sweep(), case[1])
+      assert.are.equal(case[2], a.opname, table.concat(case[1], " "))
+      assert.are.equal(case[2], a.op .. "." .. a.pass)
+      assert.are.equal(case[2], cli.bench_opts(a).op)
+    end
+    local text = cli.parse(sweep(), {"-h"}, {on_help = function(t) return t end})
+    assert.truthy(text:find("--pass <pass>", 1, true))
+  end)
+
+  it("refuses a bad --op or --pass, and --bias on an op without a bias", function()
+    local one = cli.op_options(cli.parser("one pass", {}, "sweep"), {pass = "fwd"})
+    local either = cli.op_options(cli.parser("either", {}, "sweep"), {pass = "bwd", choose = true})
+    for _, case in ipairs({
+      {one, {"--op", "groupnorm"}, "--op: unknown op 'groupnorm' (expected: rmsnorm, layernorm, "
+        .. "add_rmsnorm, or <op>.<pass>)"},
+      {one, {"--op", "layernorm.bwd"}, "--op layernorm.bwd: this script runs the fwd pass only "
+        .. "(layernorm.fwd)"},
+      {one, {"--pass", "bwd"}, "unknown option '--pass'"},
+      {either, {"--op", "rmsnorm.mid"}, "--op: unknown pass 'mid' in 'rmsnorm.mid'"},
+      {either, {"--pass", "up"}, "--pass: unknown 'up' (expected: fwd, bwd)"},
+      {either, {"--op", "rmsnorm.fwd", "--pass", "bwd"},
+        "--op rmsnorm.fwd names the fwd pass but --pass says bwd"},
+      {either, {"--bias", "fp32"}, "--bias fp32: rmsnorm has no bias (layernorm has one)"},
+      {one, {"--op", "add_rmsnorm", "--bias", "x"}, "--bias x: add_rmsnorm has no bias"},
+      {one, {"--op", "layernorm", "--bias", "fp16"}, "--bias: unknown 'fp16'"},
+    }) do
+      local ok, err = pcall(cli.parse, case[1], case[2])
+      assert.is_false(ok, table.concat(case[2], " "))
+      assert.is_true(cli.is_usage_error(err))
+      assert.truthy(tostring(err):find(case[3], 1, true), tostring(err))
+      assert.truthy(tostring(err):find("^Usage: sweep"))
+    end
+    assert.has_error(function() cli.op_options(cli.parser("x", {}, "s"), {pass = "both"}) end)
+    assert.has_error(function()
+      cli.op_options(cli.parser("x", {}, "s"), {pass = "fwd", op = "bn"})
+    end)
+    -- --bias none is no bias, true of every op; layernorm takes any kind, and nl.bench gets it
+    local a = cli.parse(either, {"--bias", "none"})
+    assert.are.equal("none", cli.bench_opts(a).bias)
+    a = cli.parse(either, {"--op", "layernorm", "--weight", "x", "--bias", "fp32"})
+    local o = cli.bench_opts(a, {weight = "fp32"})
+    assert.are.same({"layernorm.bwd", "x", "fp32"}, {o.op, o.weight, o.bias})
+  end)
+
+  it("maps a script's speedup pair onto full variant names", function()
+    local report = require("normlab.report")
+    local rows = {}
+    for i, v in ipairs({"rmsnorm.fwd.row", "rmsnorm.fwd.auto"}) do
+      rows[i] = {op = "rmsnorm", pass = "fwd", variant = v, M = 8, N = 8, dtype = "fp32",
+        status = "ok", ms = i, gbps = 1 / i}
+    end
+    local out = os.tmpname()
+    local f = assert(io.open(out, "w"))
+    cli.emit(report.new(rows, {device = "cpu"}), {}, {file = f, speedup = {"auto", "row"}})
+    f:close()
+    assert.truthy(read_file(out):find("rmsnorm.fwd.auto/rmsnorm.fwd.row", 1, true))
+    assert.truthy(read_file(out):find("0.50x", 1, true))
+    os.remove(out)
+  end)
+
   it("emits the table and the files asked for", function()
     local report = require("normlab.report")
     local r = report.new({{op = "rmsnorm", pass = "fwd", variant = "row", M = 8, N = 8,
@@ -328,5 +423,106 @@ describe("normlab.cli", function()
     for _, p in pairs(a) do os.remove(p) end
     os.remove(out)
     os.remove(dir)
+  end)
+end)
+
+-- The experiment scripts on the CPU, every op, on a tiny shape with a short warm-up and
+-- batch: the option parsing, the variant lists from the registry and the speedup columns run
+-- for real. They run in this process (loadfile with its own `arg`, stdout to a file), so
+-- under both bindings and without a copy roofline measured per script; one bad command line
+-- goes through the executable.
+describe("experiment scripts", function()
+  local nl = require("normlab")
+  local helper = require("spec.helper")
+  local unpack_ = table.unpack or unpack
+
+  -- Runs the script with the common tiny-shape options before args. Returns ok, stdout and
+  -- the error.
+  local function sweep(path, args)
+    local argv = {"--device", "cpu", "--M", "4", "--N", "8,16", "--dtypes", "fp32",
+      "--batches", "1", unpack_(args)}
+    argv[0] = path
+    local chunk = assert(loadfile(path))
+    local out_path = os.tmpname()
+    local out = assert(io.open(out_path, "w"))
+    local saved_arg, saved_out, saved_err = rawget(_G, "arg"), io.stdout, io.stderr
+    _G.arg, io.stdout, io.stderr = argv, out, assert(io.open("/dev/null", "w"))
+    local ok, err = pcall(helper.with_settings, {["bench.warmup_ms"] = 1, ["bench.batch_ms"] = 1},
+      function() chunk(unpack_(argv)) end)
+    io.stderr:close()
+    _G.arg, io.stdout, io.stderr = saved_arg, saved_out, saved_err
+    out:close()
+    local text = read_file(out_path)
+    os.remove(out_path)
+    return ok, text, err
+  end
+
+  -- The header line of the table: the column names.
+  local function columns(out)
+    local head = out:match("\n(%s*M%s+N%s+dtype[^\n]*)\n")
+    local cols = {}
+    for c in (head or ""):gmatch("%S+") do cols[#cols + 1] = c end
+    return cols
+  end
+
+  for _, op in ipairs({"rmsnorm", "layernorm", "add_rmsnorm"}) do
+    it("fwd_sweep and bwd_sweep --op " .. op, function()
+      local ok, out, err = sweep("experiments/fwd_sweep.lua", {"--op", op})
+      assert.is_true(ok, tostring(err))
+      assert.truthy(out:find(op .. ".fwd on cpu", 1, true), out)
+      local want = {"M", "N", "dtype"}
+      for _, v in ipairs(nl.variants{op = op, pass = "fwd", backend = "cpu"}) do
+        if v.strategy ~= "ref" then want[#want + 1] = v.strategy end
+      end
+      want[#want + 1] = "auto/row"
+      assert.are.same(want, columns(out))
+      assert.falsy(out:find("FAIL", 1, true), out)
+      assert.falsy(out:find("skip", 1, true), out)
+
+      ok, out, err = sweep("experiments/bwd_sweep.lua", {"--op", op})
+      assert.is_true(ok, tostring(err))
+      assert.truthy(out:find(op .. ".bwd on cpu", 1, true), out)
+      assert.are.same({"M", "N", "dtype", "row", "persistent", "persistent/row"}, columns(out))
+      assert.falsy(out:find("FAIL", 1, true), out)
+      assert.truthy(out:find("persistent/row: geometric mean", 1, true), out)
+    end)
+  end
+
+  it("bwd_sweep --op layernorm: the bias of the weight's kind unless --bias says", function()
+    local path = os.tmpname()
+    for _, case in ipairs({{{}, {"db", "dw", "dx"}}, {{"--bias", "none"}, {"dw", "dx"}},
+        {{"--weight", "none"}, {"dx"}}, {{"--weight", "none", "--bias", "fp32"}, {"db", "dx"}}}) do
+      local args = {"--op", "layernorm", "--variants", "row", "--json", path, unpack_(case[1])}
+      local ok, _, err = sweep("experiments/bwd_sweep.lua", args)
+      assert.is_true(ok, tostring(err))
+      local r = require("normlab.report").from_json(read_file(path))
+      for _, row in ipairs(r.rows) do
+        assert.are.equal("ok", row.status)
+        local got = {}
+        for k in pairs(row.check) do got[#got + 1] = k end
+        table.sort(got)
+        assert.are.same(case[2], got, table.concat(case[1], " "))
+      end
+    end
+    os.remove(path)
+  end)
+
+  it("dispatch_sweep takes --op <op>.<pass> and --op <op> --pass <pass>", function()
+    for _, case in ipairs({{{"--op", "rmsnorm.bwd"}, "rmsnorm.bwd"},
+        {{"--op", "layernorm", "--pass", "fwd"}, "layernorm.fwd"},
+        {{"--op", "add_rmsnorm"}, "add_rmsnorm.bwd"}, {{}, "rmsnorm.bwd"}}) do
+      local ok, out, err = sweep("experiments/dispatch_sweep.lua",
+        {"--set", "cpu.threads=1,2", unpack_(case[1])})
+      assert.is_true(ok, tostring(err))
+      assert.truthy(out:find(case[2] .. " on cpu", 1, true), out)
+      assert.are.same({"M", "N", "dtype", "auto@threads=1", "auto@threads=2"}, columns(out))
+      assert.falsy(out:find("FAIL", 1, true), out)
+    end
+    -- through the executable: a usage error, printed without a traceback, status 1
+    local rc, _, err = run({"--device", "cpu", "experiments/dispatch_sweep.lua", "--op",
+      "rmsnorm.bwd", "--pass", "fwd"})
+    assert.are.equal(1, rc)
+    assert.truthy(err:find("names the bwd pass but --pass says fwd", 1, true), err)
+    assert.falsy(err:find("traceback", 1, true), err)
   end)
 end)

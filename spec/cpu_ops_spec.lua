@@ -10,8 +10,9 @@
 --     unwritten fails the comparison;
 --   an exact case for the rounding of x * rstd that dw pairs dy with (llama, none);
 --   dw and db bitwise reproducible run to run, and right with 1, 3 and 5 threads;
---   nl.run's info: deterministic, the byte model (one case counted by hand), extra bytes =
---     2 x the workspace.
+--   nl.run's info: deterministic, the byte model (cases counted by hand, and every op and
+--     pass over the grid: each buffer read or written once at its logical size, LayerNorm's
+--     bias and db and mean and rstd included), extra bytes = 2 x the workspace.
 -- The backward passes all take the reference forward's statistics (rstd, mean, h), so that
 -- a backward is checked on its own. Tolerances are nl.tolerance's for the activation dtype,
 -- dw and db growing with sqrt(M); residual_out (one rounding of an exact sum) must be exact.
@@ -474,6 +475,27 @@ describe("nl.run info of the CPU strategies", function()
             dx = dx})
           assert.are.equal(3 * A + 8 * M, l.bytes)
           assert.are.equal(0, l.workspace_bytes)
+          -- layernorm: the bias read once (forward) and db written once (backward, b not
+          -- read), mean and rstd (fp32, M each) written by the forward and read by the backward
+          local b_, db = keep(cpu:full(N, 0, "fp32"), cpu:empty(N, "fp32"))
+          local lf = nl.run("layernorm.fwd." .. v, {x = x, w = w, b = b_, y = y, mean = mean,
+            rstd = rstd, eps = 1e-5})
+          assert.are.equal(2 * A + 2 * V + 8 * M, lf.bytes)
+          local lb = nl.run("layernorm.bwd." .. v, {dy = dy, x = x, w = w, b = b_, mean = mean,
+            rstd = rstd, dx = dx, dw = dw, db = db})
+          assert.are.equal(3 * A + 3 * V + 8 * M, lb.bytes)
+          -- add_rmsnorm: x and residual read, y and residual_out written; the backward reads
+          -- dy, h (as x), the gradient at residual_out (dres) when given, and writes dx
+          local res, rout = keep(cpu:full({M, N}, 1, dt), cpu:empty({M, N}, dt))
+          local af = nl.run("add_rmsnorm.fwd." .. v, {x = x, residual = res, w = w, y = y,
+            residual_out = rout, rstd = rstd, eps = 1e-6})
+          assert.are.equal(4 * A + V + 4 * M, af.bytes)
+          local ab = nl.run("add_rmsnorm.bwd." .. v, {dy = dy, dres = res, x = x, w = w,
+            rstd = rstd, dx = dx, dw = dw})
+          assert.are.equal(4 * A + 2 * V + 4 * M, ab.bytes)
+          local ab0 = nl.run("add_rmsnorm.bwd." .. v, {dy = dy, x = x, w = w, rstd = rstd,
+            dx = dx, dw = dw})
+          assert.are.equal(3 * A + 2 * V + 4 * M, ab0.bytes)
           assert.is_true(f.deterministic and b.deterministic and l.deterministic)
           assert.are.equal(2 * b.workspace_bytes, b.extra_bytes)
         end

@@ -20,8 +20,8 @@ local util = require("normlab.util")
 
 local K = core.constants
 
-local KEYS = {"op", "variants", "M", "N", "dtype", "device", "weight", "cast", "offset", "eps",
-  "reduce", "check", "mode", "outputs", "graph", "batches", "reps", "warmup_ms", "batch_ms",
+local KEYS = {"op", "variants", "M", "N", "dtype", "device", "weight", "bias", "cast", "offset",
+  "eps", "reduce", "check", "mode", "outputs", "graph", "batches", "reps", "warmup_ms", "batch_ms",
   "progress", "seed", "stats"}
 
 -- Activations each op and pass reads, the activations it writes, its per-row statistics
@@ -122,6 +122,14 @@ local function parse(spec)
   if p.weight ~= "fp32" and p.weight ~= "x" and p.weight ~= "none" then
     util.failf("bench: option 'weight' must be fp32, x or none, got %s", util.show(s.weight))
   end
+  -- The bias (layernorm) is of the weight's kind unless given; other ops take none.
+  if s.bias ~= nil and s.bias ~= "fp32" and s.bias ~= "x" and s.bias ~= "none" then
+    util.failf("bench: option 'bias' must be fp32, x or none, got %s", util.show(s.bias))
+  end
+  if s.bias ~= nil and s.bias ~= "none" and not p.shape.bias then
+    util.failf("bench: option 'bias' applies to layernorm, not %s", p.op)
+  end
+  p.bias = p.shape.bias and (s.bias or p.weight) or "none"
   if s.cast ~= nil and not p.shape.rms then
     util.failf("bench: option 'cast' applies to rmsnorm and add_rmsnorm, not %s", p.op)
   end
@@ -187,13 +195,13 @@ local function make_cell(p, M, N, dt, bufs)
   for _, f in ipairs(p.shape.acts) do
     a[f] = rand({M, N}, dt)
   end
+  -- Weights near 1 (near 0 under an offset, which adds the 1), biases near 0; "x": in the
+  -- activations' dtype.
   if p.weight ~= "none" then
-    local wdt = p.weight == "x" and dt or p.weight
-    -- Weights near 1 (near 0 under an offset, which adds the 1), biases near 0.
-    a.w = rand({N}, wdt, p.offset == 0 and 1 or 0, 0.1)
-    if p.shape.bias then
-      a.b = rand({N}, wdt, 0, 0.1)
-    end
+    a.w = rand({N}, p.weight == "x" and dt or p.weight, p.offset == 0 and 1 or 0, 0.1)
+  end
+  if p.bias ~= "none" then
+    a.b = rand({N}, p.bias == "x" and dt or p.bias, 0, 0.1)
   end
   for _, f in ipairs(p.shape.outs) do
     a[f] = keep(dev:empty({M, N}, dt))
@@ -369,7 +377,8 @@ return function(spec)
   local meta = {device = p.device.name, device_info = p.device.info,
     roofline_gbps = p.device:roofline(), mode = enums.mode.name[p.opts.mode],
     outputs = p.opts.share_outputs ~= 0 and "shared" or "rotate",
-    graph = (p.opts.graph or 0) ~= 0, date = os.date("!%Y-%m-%dT%H:%M:%SZ"),
+    graph = (p.opts.graph or 0) ~= 0, weight = p.weight, bias = p.bias,
+    date = os.date("!%Y-%m-%dT%H:%M:%SZ"),
     version = core.version(), binding = core.binding, settings = values}
   return require("normlab.report").new(sweep(p), meta)
 end

@@ -9,9 +9,11 @@
 --   cli.emit(r, args, {speedup = {"persistent", "row"}})  -- table on stdout, files as asked
 --
 -- Common options: --device, --M and --N (comma lists, "lo..hi" doubles from lo up to hi),
--- --dtypes, --variants, --csv/--json/--markdown/--svg PATH, --mode, --outputs, --graph, --batches,
--- --seed, --no-check. Bad values stop the script with the usage and a one-line reason (an
--- error object whose message is all that the normlab executable prints: no traceback).
+-- --dtypes, --variants, --weight, --bias, --csv/--json/--markdown/--svg PATH, --mode, --outputs,
+-- --graph, --batches, --seed, --no-check, --no-stats. cli.op_options(p, ...) adds --op (and
+-- --pass) for scripts that run any op. Bad values stop the script with the usage and a
+-- one-line reason (an error object whose message is all that the normlab executable prints:
+-- no traceback).
 -- Shared Lua, 5.1-compatible.
 
 local argparse = require("argparse")
@@ -22,6 +24,11 @@ local format, concat = string.format, table.concat
 
 cli.DTYPES = {"fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "fp64"}
 cli.MODES = {"rotate", "flush", "hot"}
+cli.OPS = {"rmsnorm", "layernorm", "add_rmsnorm"}
+cli.PASSES = {"fwd", "bwd"}
+cli.VECTOR_KINDS = {"fp32", "x", "none"}
+-- The ops with a bias (the others refuse --bias other than none).
+local HAS_BIAS = {layernorm = true}
 
 local function member(list, x)
   for _, v in ipairs(list) do
@@ -144,9 +151,10 @@ local DEFAULTS = {M = "4096", N = "1024,2048,4096,8192", dtypes = "bf16", mode =
 function cli.parser(description, defaults, name)
   defaults = defaults or {}
   for k in pairs(defaults) do
-    if not member({"M", "N", "dtypes", "variants", "mode", "batches", "seed", "device", "weight"}, k) then
+    if not member({"M", "N", "dtypes", "variants", "mode", "batches", "seed", "device", "weight",
+        "bias"}, k) then
       error(format("cli.parser: no default for '%s' (M, N, dtypes, variants, mode, batches, " ..
-        "seed, device, weight)", tostring(k)), 2)
+        "seed, device, weight, bias)", tostring(k)), 2)
     end
   end
   local function def(k) return defaults[k] or DEFAULTS[k] end
@@ -167,9 +175,13 @@ function cli.parser(description, defaults, name)
     :argname("<list>"):default(def("dtypes")):convert(converter(cli.name_list, "--dtypes", cli.DTYPES))
   p:option("--variants", "Variants (strategies or full names), comma list.")
     :argname("<list>"):default(defaults.variants):convert(converter(cli.name_list, "--variants"))
-  p:option("--weight", "Weight dtype: fp32, x (the activation dtype) or none (default: the script's).")
+  p:option("--weight", "Weight dtype: fp32, x (the activation dtype) or none"
+    .. (defaults.weight and "." or " (default: the script's, else fp32)."))
     :argname("<kind>"):default(defaults.weight)
-    :convert(converter(one_of({"fp32", "x", "none"}), "--weight"))
+    :convert(converter(one_of(cli.VECTOR_KINDS), "--weight"))
+  p:option("--bias", "Bias dtype (layernorm): fp32, x or none (default: as the weight).")
+    :argname("<kind>"):default(defaults.bias)
+    :convert(converter(one_of(cli.VECTOR_KINDS), "--bias"))
   p:option("--mode", "Timing mode: rotate, flush or hot.")
     :argname("<mode>"):default(def("mode")):convert(converter(one_of(cli.MODES), "--mode"))
   p:option("--outputs", "rotate: outputs rotate with the inputs; shared: every buffer set "
@@ -190,8 +202,77 @@ function cli.parser(description, defaults, name)
   return p
 end
 
+-- Ops and passes -----------------------------------------------------------------------------
+
+-- The op options of parsers that have them (cli.op_options), by parser.
+local op_setups = setmetatable({}, {__mode = "k"})
+
+-- "layernorm" or "layernorm.bwd": the string when the op (and the pass) exist, else nil and
+-- a message.
+local function op_spec(s, what)
+  local op, pass = s:match("^([%w_]+)%.([%w_]+)$")
+  op = op or s
+  if not member(cli.OPS, op) then
+    return nil, format("%s: unknown op '%s' (expected: %s, or <op>.<pass>)", what, s,
+      concat(cli.OPS, ", "))
+  end
+  if pass and not member(cli.PASSES, pass) then
+    return nil, format("%s: unknown pass '%s' in '%s' (expected: %s)", what, pass, s,
+      concat(cli.PASSES, ", "))
+  end
+  return s
+end
+
+-- Adds --op to a parser from cli.parser: rmsnorm, layernorm or add_rmsnorm (default
+-- opts.op, else rmsnorm), also written <op>.<pass>. opts.pass is the script's pass; with
+-- opts.choose the script runs either and also gets --pass fwd|bwd (default opts.pass), which
+-- --op <op>.<pass> may give instead; without it --op <op>.<other pass> is refused. cli.parse
+-- then sets args.op (the op alone), args.pass and args.opname ("<op>.<pass>", nl.bench's op,
+-- which cli.bench_opts passes on), and refuses --bias on an op without a bias. Returns p.
+function cli.op_options(p, opts)
+  opts = opts or {}
+  if not member(cli.PASSES, opts.pass) then
+    error(format("cli.op_options: pass must be fwd or bwd, got %s", tostring(opts.pass)), 2)
+  end
+  local op = opts.op or "rmsnorm"
+  if not op_spec(op, "op") then
+    error(format("cli.op_options: unknown op '%s'", tostring(op)), 2)
+  end
+  op_setups[p] = {pass = opts.pass, choose = opts.choose and true or false}
+  if opts.choose then
+    p:option("--op", format("Op: %s, or <op>.<pass> (e.g. %s.%s).", concat(cli.OPS, ", "), op,
+      opts.pass)):argname("<op>"):default(op):convert(converter(op_spec, "--op"))
+    p:option("--pass", format("Pass: fwd or bwd (default: the one --op names, else %s).",
+      opts.pass)):argname("<pass>"):convert(converter(one_of(cli.PASSES), "--pass"))
+  else
+    p:option("--op", format("Op: %s (the %s pass; %s.%s also accepted).", concat(cli.OPS, ", "),
+      opts.pass, op, opts.pass)):argname("<op>"):default(op):convert(converter(op_spec, "--op"))
+  end
+  return p
+end
+
+-- args.op as typed -> args.op, args.pass, args.opname; nil or a message for the usage error.
+local function resolve_op(setup, args)
+  local op, pass = args.op:match("^(.-)%.([%w_]+)$")
+  op = op or args.op
+  if pass and args.pass and pass ~= args.pass then
+    return format("--op %s names the %s pass but --pass says %s", args.op, pass, args.pass)
+  end
+  pass = pass or args.pass or setup.pass
+  if not setup.choose and pass ~= setup.pass then
+    return format("--op %s: this script runs the %s pass only (%s.%s)", args.op, setup.pass,
+      op, setup.pass)
+  end
+  if args.bias and args.bias ~= "none" and not HAS_BIAS[op] then
+    return format("--bias %s: %s has no bias (layernorm has one)", args.bias, op)
+  end
+  args.op, args.pass, args.opname = op, pass, op .. "." .. pass
+  return nil
+end
+
 -- Parses argv (default: the global arg) with a parser from cli.parser. Returns the options
--- with lists as tables, mode as a string, check = not --no-check. A bad command line raises
+-- with lists as tables, mode as a string, check = not --no-check, stats = not --no-stats (and
+-- op, pass, opname with cli.op_options). A bad command line raises
 -- cli.usage_error; -h prints the help and calls opts.on_help(text) when given, else ends the
 -- script with os.exit(0, true) (closing the state first, so device buffers are released).
 function cli.parse(parser, argv, opts)
@@ -211,6 +292,13 @@ function cli.parse(parser, argv, opts)
     print(text)
     os.exit(0, true)
   end
+  local setup = op_setups[parser]
+  if setup then
+    local why = resolve_op(setup, args)
+    if why then
+      error(cli.usage_error(format("%s\n\nError: %s", parser:get_usage(), why)))
+    end
+  end
   args.check = not args.no_check
   args.no_check = nil
   args.stats = not args.no_stats
@@ -220,10 +308,12 @@ function cli.parse(parser, argv, opts)
 end
 
 -- The nl.bench options these args set, merged over base (the script's fixed choices, such as
--- op). Options left at nil keep nl.bench's defaults.
+-- op; args.opname, from cli.op_options, replaces base.op). Options left at nil keep nl.bench's
+-- defaults (bias: the weight's kind).
 function cli.bench_opts(args, base)
   local o = {}
   for k, v in pairs(base or {}) do o[k] = v end
+  o.op = args.opname or o.op
   o.device = args.device or o.device
   o.M = args.M or o.M
   o.N = args.N or o.N
@@ -232,6 +322,7 @@ function cli.bench_opts(args, base)
   o.mode = args.mode or o.mode
   o.outputs = args.outputs or o.outputs
   o.weight = args.weight or o.weight
+  o.bias = args.bias or o.bias
   if args.graph then o.graph = true end
   o.batches = args.batches or o.batches
   o.seed = args.seed or o.seed
@@ -241,17 +332,26 @@ function cli.bench_opts(args, base)
 end
 
 -- Prints the result's table (print_opts go to r:print) and writes the files the command line
--- asked for, naming each on stderr. A script's speedup pair is left out when --variants
--- leaves out either of its variants. Returns r.
+-- asked for, naming each on stderr. A script's speedup pair ({"persistent", "row"}: strategies)
+-- is left out when the result lacks either variant (--variants left it out, or the device has
+-- no such strategy for the op), and names the result's columns when they are full names
+-- (--variants rmsnorm.fwd.auto,...). Returns r.
 function cli.emit(r, args, print_opts)
   local sp = print_opts and print_opts.speedup
-  if sp and args.variants then
-    local asked = {}
-    for _, v in ipairs(args.variants) do asked[v:match("([^.]+)$")] = true end
+  if sp then
+    -- the result's variants, by name as asked and by strategy
+    local by_name = {}
+    for _, row in ipairs(r.rows or {}) do
+      local v = tostring(row.variant)
+      by_name[v] = v
+      local strategy = v:match("([^.]+)$")
+      if by_name[strategy] == nil then by_name[strategy] = v end
+    end
     local pairs_ = type(sp[1]) == "table" and sp or {sp}
     local kept = {}
     for _, pair in ipairs(pairs_) do
-      if asked[pair[1]] and asked[pair[2]] then kept[#kept + 1] = pair end
+      local a, b = by_name[pair[1]], by_name[pair[2]]
+      if a and b then kept[#kept + 1] = {a, b} end
     end
     local o = {}
     for k, v in pairs(print_opts) do o[k] = v end
