@@ -7,7 +7,8 @@
  * its type: kernel tuning lands in nlk_fwd_tune / nlk_bwd_tune, which the kernels read from
  * nlk_norm), its default, range and doc, and the defaults that differ by GPU model. A launch
  * takes the values nl_set gave and, for the rest, the defaults of the GPU it runs on
- * (nl__knobs). The rmsnorm.* settings also drive add_rmsnorm, which shares its kernels.
+ * (nl__knobs). The rmsnorm.* settings also drive add_rmsnorm and LayerNorm, which share its
+ * kernels; a layernorm.* twin replaces one for LayerNorm where the best value differs.
  * docs/kernels.md has the measurements behind the defaults (normlab's are the H200's).
  */
 #include <math.h>
@@ -60,6 +61,9 @@ static const nl_setting_def defs[] = {
   {.key = "rmsnorm.fwd.blockrow_max_n", AT(rms_fwd.blockrow_max_n, I64),
    .def = 1024, .min = 0, .max = N24, .models = {{"H100", 2048}},
    .doc = "CUDA auto forward: blockrow (a warp or less per row) for N up to this and M up to blockrow_max_m (0: never)"},
+  {.key = "layernorm.fwd.blockrow_max_n", AT(ln_fwd.blockrow_max_n, I64),
+   .def = 1024, .min = 0, .max = N24,
+   .doc = "CUDA auto LayerNorm forward: rmsnorm.fwd.blockrow_max_n for LayerNorm (its two reductions make a warp per row slower than a CTA per row from 2048 columns on an H100)"},
   {.key = "rmsnorm.fwd.blockrow_max_m", AT(rms_fwd.blockrow_max_m, I64),
    .def = 4096, .min = 1, .max = M12,
    .doc = "CUDA auto forward: blockrow for M up to this (and N up to blockrow_max_n); row above"},
