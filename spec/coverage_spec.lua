@@ -12,11 +12,12 @@ describe("spec coverage", function()
   end)
 
   it("an undriven variant is reported, with the spec to extend", function()
-    local fake = {{name = "layernorm.fwd.row", op = "layernorm", pass = "fwd", backend = "cuda"},
+    local fake = {{name = "groupnorm.fwd.row", op = "groupnorm", pass = "fwd", backend = "cuda"},
+      {name = "layernorm.fwd.row", op = "layernorm", pass = "fwd", backend = "cuda"},
       {name = "rmsnorm.bwd.row", op = "rmsnorm", pass = "bwd", backend = "cuda"},
       {name = "rmsnorm.fwd.row", op = "rmsnorm", pass = "fwd", backend = "tpu"}}
     assert.are.same({
-      "layernorm.fwd.row (cuda) is registered but no spec drives layernorm.fwd on cuda: add a "
+      "groupnorm.fwd.row (cuda) is registered but no spec drives groupnorm.fwd on cuda: add a "
         .. "driver to spec/cuda_ops_spec.lua",
       "rmsnorm.fwd.row (tpu) is registered but no spec drives rmsnorm.fwd on tpu: add a driver "
         .. "to a spec for the tpu backend"}, drivers.uncovered(fake))
@@ -35,6 +36,6 @@ describe("spec coverage", function()
     for s in pairs(registered) do
       assert.is_true(seen[s] or s == "ref", s)
     end
-    assert.has_error(function() drivers.strategies("cuda", "layernorm", "fwd") end)
+    assert.has_error(function() drivers.strategies("cuda", "groupnorm", "fwd") end)
   end)
 end)

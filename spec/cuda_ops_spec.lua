@@ -1,16 +1,20 @@
--- Every CUDA variant of the ops spec/drivers.lua lists for CUDA (rmsnorm and add_rmsnorm)
--- against the fp64 reference on the CPU. The variants come from the registry, so a new
--- strategy is tested without editing this file; a new op needs its driver here (the problem
--- and reference below, and check_fwd / check_bwd), which spec/coverage_spec.lua asks for.
+-- Every CUDA variant of the ops spec/drivers.lua lists for CUDA (rmsnorm, layernorm and
+-- add_rmsnorm) against the fp64 reference on the CPU. The variants come from the registry, so
+-- a new strategy is tested without editing this file; a new op needs its driver here (the
+-- problem and reference below, and check_fwd / check_bwd), which spec/coverage_spec.lua asks
+-- for.
 --
--- Every output buffer is filled with NaN before each launch, so an element a kernel forgets
--- to write fails the comparison. The reference runs on CPU copies of the same inputs, and
--- the backward pass of both sides reads the same saved rstd (the reference's). Tolerances
--- come from nl.tolerance; dW's grows with sqrt(M). Runs only where a GPU is present (#cuda).
+-- Every output buffer (y, residual_out, mean, rstd, dx, dw, db) is filled with NaN before each
+-- launch, so an element a kernel forgets to write fails the comparison. The reference runs on
+-- CPU copies of the same inputs, and the backward pass of both sides reads the same saved
+-- statistics (the reference's rstd, and mean for layernorm). Tolerances come from
+-- nl.tolerance; dW's and dB's grow with sqrt(M). Runs only where a GPU is present (#cuda);
+-- the layernorm tests stay pending while no CUDA layernorm variant is registered.
 local nl = require("normlab")
 local helper = require("spec.helper")
 local drivers = require("spec.drivers")
 
+local BACKEND = "cuda"
 local cuda = helper.cuda
 local cpu = nl.device("cpu")
 local it_cuda = cuda and it or pending
@@ -18,8 +22,12 @@ local NaN = 0 / 0
 
 local OPS = drivers.cuda.ops
 local function variants(op, pass)
-  return drivers.strategies("cuda", op, pass)
+  return drivers.strategies(BACKEND, op, pass)
 end
+-- The layernorm tests need a GPU and a registered CUDA layernorm variant; until one is
+-- registered they show as pending instead of passing without running anything.
+local has_ln = #variants("layernorm", "fwd") + #variants("layernorm", "bwd") > 0
+local it_ln = cuda and has_ln and it or pending
 local MS = {1, 7, 37, 199, 4099}
 local NS = {1, 7, 64, 111, 512, 1023, 1025, 4096, 8191, 16384, 65536}
 -- The shape grid is every (M, N) above up to this many elements: enough to reach every
@@ -42,40 +50,64 @@ local function poisoned(shape, dtype)
   return cuda:full(shape, NaN, dtype)
 end
 
--- One problem: inputs on the CPU and their copies on the GPU.
-local function problem(M, N, dtype, o)
+-- One problem: inputs on the CPU and their copies on the GPU. o: op ("rmsnorm" unless add
+-- says add_rmsnorm), weight and bias ("fp32" | "x" | "none"; bias: layernorm only), cast
+-- (rmsnorm ops only), offset, stride (row padding). `from`, when given, is an earlier problem
+-- of the same M, N, dtype and stride whose x and dy (the same draws: the seed is M's and N's)
+-- this one shares instead of drawing them again; `from` is released after it.
+local function problem(M, N, dtype, o, from)
   o = o or {}
+  local op = o.op or (o.add and "add_rmsnorm") or "rmsnorm"
+  local ln = op == "layernorm"
   local seed = 1000 * M + N
-  local p = {M = M, N = N, dtype = dtype, seed = seed, cast = o.cast or "llama",
-    offset = o.offset or 0, add = o.add}
-  local wdt = o.weight == "x" and dtype or o.weight == "none" and nil or "fp32"
+  local p = {op = op, M = M, N = N, dtype = dtype, seed = seed,
+    cast = not ln and (o.cast or "llama") or nil, offset = o.offset or 0,
+    eps = ln and 1e-5 or 1e-6, add = op == "add_rmsnorm"}
+  local function kind(k)
+    return k == "x" and dtype or k == "none" and nil or "fp32"
+  end
+  local wdt, bdt = kind(o.weight), ln and kind(o.bias) or nil
   local stride = o.stride and N + o.stride or nil
-  p.x = cpu:randn({M, N}, dtype, {seed = seed})
-  p.dy = cpu:randn({M, N}, dtype, {seed = seed + 1})
+  if from then
+    p.x, p.dy, p.gx, p.gdy, p.shared = from.x, from.dy, from.gx, from.gdy, true
+  else
+    p.x = cpu:randn({M, N}, dtype, {seed = seed})
+    p.dy = cpu:randn({M, N}, dtype, {seed = seed + 1})
+  end
   if wdt then
     p.w = cpu:randn({N}, wdt, {seed = seed + 2, mean = 1, std = 0.25})
   end
-  if o.add then
+  if bdt then
+    p.b = cpu:randn({N}, bdt, {seed = seed + 5, std = 0.5})
+  end
+  if p.add then
     p.res = cpu:randn({M, N}, dtype, {seed = seed + 3})
     p.dres = cpu:randn({M, N}, dtype, {seed = seed + 4})
   end
-  p.gx = cuda:empty({M, N}, dtype, {stride = stride})
-  p.gx:copy_(p.x)
-  p.gdy = cuda:empty({M, N}, dtype, {stride = stride})
-  p.gdy:copy_(p.dy)
+  if not from then
+    p.gx = cuda:empty({M, N}, dtype, {stride = stride})
+    p.gx:copy_(p.x)
+    p.gdy = cuda:empty({M, N}, dtype, {stride = stride})
+    p.gdy:copy_(p.dy)
+  end
   p.gw = p.w and p.w:to(cuda)
+  p.gb = p.b and p.b:to(cuda)
   p.gres = p.res and p.res:to(cuda)
   p.gdres = p.dres and p.dres:to(cuda)
   return p
 end
 
 local function release(p)
-  free(p.x, p.dy, p.w, p.res, p.dres, p.gx, p.gdy, p.gw, p.gres, p.gdres, p.ry, p.rr, p.rh,
-    p.rdx, p.rdw, p.grstd, p.gh)
+  free(p.w, p.b, p.res, p.dres, p.gw, p.gb, p.gres, p.gdres, p.ry, p.rr, p.rh, p.rmean, p.rdx,
+    p.rdw, p.rdb, p.grstd, p.gmean, p.gh)
+  if not p.shared then
+    free(p.x, p.dy, p.gx, p.gdy)
+  end
 end
 
+-- The options of a forward; layernorm has no cast (p.cast is nil).
 local function fwd_opts(p, variant, extra)
-  local o = {variant = variant, cast = p.cast, offset = p.offset, eps = 1e-6}
+  local o = {variant = variant, cast = p.cast, offset = p.offset, eps = p.eps}
   for k, v in pairs(extra or {}) do
     o[k] = v
   end
@@ -83,13 +115,19 @@ local function fwd_opts(p, variant, extra)
 end
 
 -- The reference forward and backward, computed once per problem. For add_rmsnorm the
--- backward's input is the forward's residual_out h.
+-- backward's input is the forward's residual_out h; layernorm's backward reads the mean
+-- and rstd its forward saved.
 local function reference(p)
   if p.add then
     p.ry, p.rh, p.rr = nl.add_rmsnorm(p.x, p.res, p.w, fwd_opts(p, "ref"))
     p.rdx, p.rdw = nl.add_rmsnorm_bwd(p.dy, p.rh, p.w, p.rr,
       {variant = "ref", cast = p.cast, offset = p.offset, dres = p.dres})
     p.gh = p.rh:to(cuda)
+  elseif p.op == "layernorm" then
+    p.ry, p.rmean, p.rr = nl.layernorm(p.x, p.w, p.b, fwd_opts(p, "ref"))
+    p.rdx, p.rdw, p.rdb = nl.layernorm_bwd(p.dy, p.x, p.w, p.b, p.rmean, p.rr,
+      {variant = "ref", offset = p.offset})
+    p.gmean = p.rmean:to(cuda)
   else
     p.ry, p.rr = nl.rmsnorm(p.x, p.w, fwd_opts(p, "ref"))
     p.rdx, p.rdw = nl.rmsnorm_bwd(p.dy, p.x, p.w, p.rr,
@@ -99,32 +137,31 @@ local function reference(p)
 end
 
 local function label(p, variant, pass)
-  return string.format("%s.%s.%s M=%d N=%d %s w=%s cast=%s offset=%g", p.add and "add_rmsnorm"
-    or "rmsnorm", pass, variant, p.M, p.N, p.dtype, p.w and p.w.dtype or "none", p.cast, p.offset)
+  local second = p.op == "layernorm" and "b=" .. (p.b and p.b.dtype or "none")
+    or "cast=" .. p.cast
+  return string.format("%s.%s.%s M=%d N=%d %s w=%s %s offset=%g", p.op, pass, variant, p.M,
+    p.N, p.dtype, p.w and p.w.dtype or "none", second, p.offset)
 end
 
 local function fwd_args(p)
-  local args = {x = p.gx, w = p.gw, eps = 1e-6, cast = p.cast, offset = p.offset}
-  if p.add then
-    args.residual = p.gres
-  end
-  return args
+  return {x = p.gx, residual = p.gres, w = p.gw, b = p.gb, eps = p.eps, cast = p.cast,
+    offset = p.offset}
 end
 
 -- Runs a forward variant into poisoned outputs and compares. false, reason when the
 -- variant does not take this shape.
 local function check_fwd(p, variant)
-  local op = p.add and "add_rmsnorm" or "rmsnorm"
   local y, rstd = poisoned({p.M, p.N}, p.dtype), poisoned({p.M}, "fp32")
+  local mean = p.op == "layernorm" and poisoned({p.M}, "fp32") or nil
   local probe = fwd_args(p)
-  probe.y, probe.rstd = y, rstd
+  probe.y, probe.rstd, probe.mean = y, rstd, mean
   if p.add then
     probe.residual_out = y:to(cuda)
   end
-  local ok, why = nl.supports(op .. ".fwd." .. variant, probe)
+  local ok, why = nl.supports(p.op .. ".fwd." .. variant, probe)
   free(probe.residual_out)
   if not ok then
-    free(y, rstd)
+    free(y, rstd, mean)
     return false, why
   end
   local what = label(p, variant, "fwd")
@@ -133,42 +170,51 @@ local function check_fwd(p, variant)
     nl.add_rmsnorm(p.gx, p.gres, p.gw, fwd_opts(p, variant, {out = y, rstd = rstd, residual_out = h}))
     assert.allclose(h, p.rh, {output = "residual_out", seed = what})
     h:free()
+  elseif mean then
+    nl.layernorm(p.gx, p.gw, p.gb, fwd_opts(p, variant, {out = y, mean = mean, rstd = rstd}))
+    assert.allclose(mean, p.rmean, {output = "mean", dtype = p.dtype, seed = what})
   else
     nl.rmsnorm(p.gx, p.gw, fwd_opts(p, variant, {out = y, rstd = rstd}))
   end
   assert.allclose(y, p.ry, {output = "y", seed = what})
   assert.allclose(rstd, p.rr, {output = "rstd", dtype = p.dtype, seed = what})
-  free(y, rstd)
+  free(y, rstd, mean)
   return true
+end
+
+-- The arguments of nl.run / nl.supports for a backward of p into dx, dw, db (o: reduce).
+local function bwd_args(p, dy, dx, dw, db, o)
+  return {dy = dy, x = p.add and p.gh or p.gx, w = p.gw, b = p.gb, rstd = p.grstd,
+    mean = p.gmean, dres = p.gdres, dx = dx, dw = dw, db = db, cast = p.cast,
+    offset = p.offset, reduce = o and o.reduce}
 end
 
 local function check_bwd(p, variant, o)
   o = o or {}
-  local op = p.add and "add_rmsnorm" or "rmsnorm"
-  local x = p.add and p.gh or p.gx
   local what = label(p, variant, "bwd") .. (o.reduce and (" reduce=" .. o.reduce) or "")
     .. (o.inplace and " inplace" or "")
   local dy = o.inplace and p.gdy:to(cuda) or p.gdy
   local dx = o.inplace and dy or poisoned({p.M, p.N}, p.dtype)
   local dw = p.w and poisoned({p.N}, p.w.dtype) or nil
-  local ok, why = nl.supports(op .. ".bwd." .. variant, {dy = dy, x = x, w = p.gw,
-    rstd = p.grstd, dres = p.gdres, dx = dx, dw = dw, cast = p.cast, offset = p.offset,
-    reduce = o.reduce})
+  local db = p.b and poisoned({p.N}, p.b.dtype) or nil
+  local ok, why = nl.supports(p.op .. ".bwd." .. variant, bwd_args(p, dy, dx, dw, db, o))
   if not ok then
-    free(dx, dw)
+    free(dx, dw, db)
     return false, why
   end
   if o.inplace then
     dx = nil
   end
   local opts = {variant = variant, cast = p.cast, offset = p.offset, reduce = o.reduce,
-    dx = dx, dw = dw, inplace = o.inplace}
-  local rdx, rdw
+    dx = dx, dw = dw, db = db, inplace = o.inplace}
+  local rdx, rdw, rdb
   if p.add then
     opts.dres = p.gdres
-    rdx, rdw = nl.add_rmsnorm_bwd(dy, x, p.gw, p.grstd, opts)
+    rdx, rdw = nl.add_rmsnorm_bwd(dy, p.gh, p.gw, p.grstd, opts)
+  elseif p.op == "layernorm" then
+    rdx, rdw, rdb = nl.layernorm_bwd(dy, p.gx, p.gw, p.gb, p.gmean, p.grstd, opts)
   else
-    rdx, rdw = nl.rmsnorm_bwd(dy, x, p.gw, p.grstd, opts)
+    rdx, rdw = nl.rmsnorm_bwd(dy, p.gx, p.gw, p.grstd, opts)
   end
   if o.inplace then
     assert.are.equal(dy, rdx)
@@ -177,28 +223,27 @@ local function check_bwd(p, variant, o)
   if p.w then
     assert.allclose(rdw, p.rdw, {output = "dw", dtype = p.dtype, M = p.M, seed = what})
   end
-  free(rdx, rdw)
+  if p.b then
+    assert.allclose(rdb, p.rdb, {output = "db", dtype = p.dtype, M = p.M, seed = what})
+  end
+  free(rdx, rdw, rdb)
   return true
 end
 
-local function op_of(p)
-  return p.add and "add_rmsnorm" or "rmsnorm"
-end
-
--- Every forward and backward variant of p's op; returns how many of them refused its shape.
+-- Every forward and backward variant of p's op; returns how many of them refused its shape
+-- and the set of the refused ones ("fwd.row" = reason).
 local function check_all(p)
-  local skipped = 0
-  for _, v in ipairs(variants(op_of(p), "fwd")) do
-    if not check_fwd(p, v) then
-      skipped = skipped + 1
+  local skipped, refused = 0, {}
+  for _, pass in ipairs({"fwd", "bwd"}) do
+    for _, v in ipairs(variants(p.op, pass)) do
+      local ran, why = (pass == "fwd" and check_fwd or check_bwd)(p, v)
+      if not ran then
+        skipped = skipped + 1
+        refused[pass .. "." .. v] = why
+      end
     end
   end
-  for _, v in ipairs(variants(op_of(p), "bwd")) do
-    if not check_bwd(p, v) then
-      skipped = skipped + 1
-    end
-  end
-  return skipped
+  return skipped, refused
 end
 
 -- check_all on every dtype x shape x weight kind x casting mode of the lists; Gemma casting
@@ -232,23 +277,112 @@ local function shapes()
   return list
 end
 
+---- layernorm ----
+
+-- The layernorm options of the shape grid: each weight kind paired with a bias kind (a
+-- weight without a bias, a bias without a weight, and each of them in fp32 and in x's
+-- dtype), and a weight with offset 0 and 1 (zero-centred gamma). LN_FULL is the cross
+-- product, run on a few shapes.
+local LN_PAIRS = {{"fp32", "x"}, {"x", "none"}, {"none", "fp32"}}
+local LN_ALL_PAIRS = {}
+for _, w in ipairs({"fp32", "x", "none"}) do
+  for _, b in ipairs({"fp32", "x", "none"}) do
+    LN_ALL_PAIRS[#LN_ALL_PAIRS + 1] = {w, b}
+  end
+end
+local LN_OFFSET = 1
+local function ln_options(weight_bias_pairs)
+  local list = {}
+  for _, wb in ipairs(weight_bias_pairs) do
+    for _, offset in ipairs(wb[1] == "none" and {0} or {0, LN_OFFSET}) do
+      list[#list + 1] = {op = "layernorm", weight = wb[1], bias = wb[2], offset = offset}
+    end
+  end
+  return list
+end
+local LN_GRID = ln_options(LN_PAIRS)
+local LN_FULL = ln_options(LN_ALL_PAIRS)
+
+-- Runs check_all on layernorm problems: each shape of shape_list with each option set of
+-- options in dtype. Each registered variant must run on some problem, and auto, whatever
+-- it picks, on every one (the op's contract: any M >= 1, any N >= 1).
+local function check_ln(dtype, shape_list, options)
+  local ran = {}
+  for _, s in ipairs(shape_list) do
+    local first
+    for _, o in ipairs(options) do
+      local p = problem(s[1], s[2], dtype, o, first)
+      first = first or p
+      reference(p)
+      local _, refused = check_all(p)
+      for _, pass in ipairs({"fwd", "bwd"}) do
+        assert.is_nil(refused[pass .. ".auto"], label(p, "auto", pass) .. ": "
+          .. tostring(refused[pass .. ".auto"]))
+        for _, v in ipairs(variants("layernorm", pass)) do
+          ran[pass .. "." .. v] = ran[pass .. "." .. v] or not refused[pass .. "." .. v]
+        end
+      end
+      if p ~= first then
+        release(p)
+      end
+    end
+    release(first)
+  end
+  for _, pass in ipairs({"fwd", "bwd"}) do
+    for _, v in ipairs(variants("layernorm", pass)) do
+      assert.is_true(ran[pass .. "." .. v], "layernorm." .. pass .. "." .. v
+        .. " refused every problem in " .. dtype)
+    end
+  end
+end
+
+-- The problem options of a settings test: the given ones, then layernorm's where a CUDA
+-- layernorm variant is registered (layernorm runs the same kernel family and takes the same
+-- rmsnorm.* settings).
+local function and_ln(list, ...)
+  if has_ln then
+    for i = 1, select("#", ...) do
+      list[#list + 1] = select(i, ...)
+    end
+  end
+  return list
+end
+
+-- The registry's entries of the backward variants of op on the backend, auto aside.
+local function bwd_entries(op)
+  local list = {}
+  for _, v in ipairs(nl.variants{op = op, pass = "bwd", backend = BACKEND}) do
+    if v.strategy ~= "ref" and v.strategy ~= "auto" then
+      list[#list + 1] = v
+    end
+  end
+  return list
+end
+
 describe("CUDA ops #cuda", function()
   for _, op in ipairs(OPS) do
     for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
-      it_cuda(op .. ": every variant, forward and backward, on the shape grid in " .. dtype,
-        function()
-          local skipped = 0
-          for _, s in ipairs(shapes()) do
-            local p = problem(s[1], s[2], dtype, {add = op == "add_rmsnorm"})
-            reference(p)
-            skipped = skipped + check_all(p)
-            release(p)
-          end
-          -- blockrow refuses the wide rows only: N > 2048 (bf16/fp16) or 1024 (fp32) with
-          -- 16-byte packs, and odd N > 256; staged refuses rows of 65536 fp32 (256 KB, and
-          -- 128 KB of bf16 with add_rmsnorm's residual).
-          assert.is_true(skipped > 0)
+      if op == "layernorm" then
+        it_ln("layernorm: every variant, forward and backward, on the shape grid in " .. dtype
+          .. ", each weight / bias pair, offset 0 and " .. LN_OFFSET, function()
+          check_ln(dtype, shapes(), LN_GRID)
         end)
+      else
+        it_cuda(op .. ": every variant, forward and backward, on the shape grid in " .. dtype,
+          function()
+            local skipped = 0
+            for _, s in ipairs(shapes()) do
+              local p = problem(s[1], s[2], dtype, {add = op == "add_rmsnorm"})
+              reference(p)
+              skipped = skipped + check_all(p)
+              release(p)
+            end
+            -- blockrow refuses the wide rows only: N > 2048 (bf16/fp16) or 1024 (fp32) with
+            -- 16-byte packs, and odd N > 256; staged refuses rows of 65536 fp32 (256 KB, and
+            -- 128 KB of bf16 with add_rmsnorm's residual).
+            assert.is_true(skipped > 0)
+          end)
+      end
     end
   end
 
@@ -297,25 +431,27 @@ describe("CUDA ops #cuda", function()
   it_cuda("in-place backward, fp32-atomic reductions, the fused in-kernel reduction, clusters",
     function()
       for _, s in ipairs({{199, 1024}, {4099, 4096}, {37, 65536}}) do
-        local p = problem(s[1], s[2], "bf16")
-        reference(p)
-        for _, v in ipairs(variants("rmsnorm", "bwd")) do
-          check_bwd(p, v, {inplace = true})
-          check_bwd(p, v, {reduce = "atomic"})
-        end
-        with_settings({["rmsnorm.bwd.fused_reduce"] = 1}, function()
-          check_bwd(p, "persistent")
-        end)
-        -- clusters summing dW through distributed shared memory (sm_90; elsewhere the plan
-        -- falls back to a partial row per CTA), CTAs past the last row included
-        for _, c in ipairs({2, 4, 8}) do
-          with_settings({["rmsnorm.bwd.cluster"] = c}, function()
+        for _, o in ipairs(and_ln({{}}, {op = "layernorm", bias = "x"})) do
+          local p = problem(s[1], s[2], "bf16", o)
+          reference(p)
+          for _, v in ipairs(variants(p.op, "bwd")) do
+            check_bwd(p, v, {inplace = true})
+            check_bwd(p, v, {reduce = "atomic"})
+          end
+          with_settings({["rmsnorm.bwd.fused_reduce"] = 1}, function()
             check_bwd(p, "persistent")
-            check_bwd(p, "partials")
-            check_bwd(p, "persistent", {inplace = true})
           end)
+          -- clusters summing dW (and dB) through distributed shared memory (sm_90; elsewhere
+          -- the plan falls back to a partial row per CTA), CTAs past the last row included
+          for _, c in ipairs({2, 4, 8}) do
+            with_settings({["rmsnorm.bwd.cluster"] = c}, function()
+              check_bwd(p, "persistent")
+              check_bwd(p, "partials")
+              check_bwd(p, "persistent", {inplace = true})
+            end)
+          end
+          release(p)
         end
-        release(p)
       end
     end)
 
@@ -325,7 +461,8 @@ describe("CUDA ops #cuda", function()
     -- CTAs' registers do not hold the slice; 8192 (at most 4: an H100's defaults) shares
     -- 16384 among 2 and 65536 among 4 (fp32: 8). 1025 columns do not divide, so the plan falls
     -- back to unshared rows; M = 1 and 7 leave clusters without rows; 128-thread CTAs hold
-    -- several rows each. Before sm_90 every plan falls back.
+    -- several rows each. Before sm_90 every plan falls back. Layernorm (where registered)
+    -- takes the odd shapes too, with the weight kind of the next shape as its bias.
     local sm90 = cuda.info.cc_major >= 9
     local shapes = {{1, 1024}, {7, 65536}, {37, 1025}, {199, 4096}, {4099, 1024}, {37, 16384}}
     local weights = {"fp32", "x", "none"}
@@ -334,32 +471,38 @@ describe("CUDA ops #cuda", function()
     for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
       for i, s in ipairs(shapes) do
         local weight, cast = weights[i % 3 + 1], i % 2 == 0 and "gemma" or "llama"
-        local p = problem(s[1], s[2], dtype, {weight = weight, cast = cast,
-          offset = cast == "gemma" and weight ~= "none" and 1 or 0, add = i == 4})
-        reference(p)
-        for j, set in ipairs(settings) do
-          local share_n, share_max = set[1], set[2]
-          with_settings({["rmsnorm.bwd.share_n"] = share_n,
-            ["rmsnorm.bwd.fp32_share_n"] = share_n, ["rmsnorm.bwd.share_max"] = share_max,
-            ["rmsnorm.bwd.stages"] = j + 1, ["rmsnorm.bwd.block"] = j == 1 and 128 or 512},
-            function()
-              for _, v in ipairs({"partials", "persistent"}) do
-                check_bwd(p, v)
-                local dx, dw = poisoned({p.M, p.N}, p.dtype), p.w and poisoned({p.N}, p.w.dtype)
-                local info = nl.run((p.add and "add_rmsnorm" or "rmsnorm") .. ".bwd." .. v,
-                  {dy = p.gdy, x = p.add and p.gh or p.gx, w = p.gw, rstd = p.grstd,
-                    dres = p.gdres, dx = dx, dw = dw, cast = p.cast, offset = p.offset})
-                free(dx, dw)
-                local c = info.cluster
-                assert.is_true(c == 1 or sm90 and (c == 2 or c == 4 or c == 8) and p.N % c == 0
-                  and info.grid % c == 0 and (p.N / c <= share_n or c >= share_max))
-                shared = shared + (c > 1 and 1 or 0)
-              end
-              check_bwd(p, "persistent", {reduce = "atomic"})
-              check_bwd(p, "persistent", {inplace = true})
-            end)
+        local options = {{weight = weight, cast = cast,
+          offset = cast == "gemma" and weight ~= "none" and 1 or 0, add = i == 4}}
+        if i % 2 == 1 then
+          and_ln(options, {op = "layernorm", weight = weight, bias = weights[(i + 1) % 3 + 1],
+            offset = weight ~= "none" and LN_OFFSET or 0})
         end
-        release(p)
+        for _, o in ipairs(options) do
+          local p = problem(s[1], s[2], dtype, o)
+          reference(p)
+          for j, set in ipairs(settings) do
+            local share_n, share_max = set[1], set[2]
+            with_settings({["rmsnorm.bwd.share_n"] = share_n,
+              ["rmsnorm.bwd.fp32_share_n"] = share_n, ["rmsnorm.bwd.share_max"] = share_max,
+              ["rmsnorm.bwd.stages"] = j + 1, ["rmsnorm.bwd.block"] = j == 1 and 128 or 512},
+              function()
+                for _, v in ipairs({"partials", "persistent"}) do
+                  check_bwd(p, v)
+                  local dx, dw = poisoned({p.M, p.N}, p.dtype), p.w and poisoned({p.N}, p.w.dtype)
+                  local db = p.b and poisoned({p.N}, p.b.dtype)
+                  local info = nl.run(p.op .. ".bwd." .. v, bwd_args(p, p.gdy, dx, dw, db))
+                  free(dx, dw, db)
+                  local c = info.cluster
+                  assert.is_true(c == 1 or sm90 and (c == 2 or c == 4 or c == 8) and p.N % c == 0
+                    and info.grid % c == 0 and (p.N / c <= share_n or c >= share_max))
+                  shared = shared + (c > 1 and 1 or 0)
+                end
+                check_bwd(p, "persistent", {reduce = "atomic"})
+                check_bwd(p, "persistent", {inplace = true})
+              end)
+          end
+          release(p)
+        end
       end
     end
     if sm90 then
@@ -369,44 +512,50 @@ describe("CUDA ops #cuda", function()
 
   it_cuda("every register layout and CTA size the settings can ask for", function()
     for _, s in ipairs({{199, 1024}, {37, 4096}, {7, 16384}}) do
-      local p = problem(s[1], s[2], "bf16")
-      reference(p)
-      for _, items in ipairs({1, 2, 4, 8}) do
-        for _, block in ipairs({32, 128, 1024}) do
-          with_settings({["rmsnorm.fwd.items"] = items, ["rmsnorm.bwd.items"] = items,
-            ["rmsnorm.fwd.block"] = block, ["rmsnorm.bwd.block"] = block,
-            ["rmsnorm.fwd.stages"] = 2 + (items + block) % 3,
-            ["rmsnorm.bwd.stages"] = 2 + (items + block + 1) % 3,
-            ["rmsnorm.bwd.fused_reduce"] = (items + block) % 2,
-            ["rmsnorm.bwd.cluster"] = 2 ^ ((items + block / 32) % 4),
-            ["rmsnorm.bwd.grid_sms"] = (items + block) % 3 * 7,
-            ["rmsnorm.fwd.early_weight_max_n"] = (items + block + 1) % 2 * 2 ^ 24,
-            ["rmsnorm.fwd.staged_items"] = block == 1024 and 64 or items,
-            ["rmsnorm.fwd.reload_min_n"] = (items + block / 32) % 2,
-            ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2,
-            ["rmsnorm.fwd.blockrow_block"] = block, ["rmsnorm.bwd.blockrow_block"] = 1024 / block * 32,
-            ["cuda.pdl"] = (items + block / 32) % 2}, function()
-            check_all(p)
-          end)
+      for _, o in ipairs(and_ln({{}}, {op = "layernorm", weight = "x", bias = "fp32",
+        offset = LN_OFFSET})) do
+        local p = problem(s[1], s[2], "bf16", o)
+        reference(p)
+        for _, items in ipairs({1, 2, 4, 8}) do
+          for _, block in ipairs({32, 128, 1024}) do
+            with_settings({["rmsnorm.fwd.items"] = items, ["rmsnorm.bwd.items"] = items,
+              ["rmsnorm.fwd.block"] = block, ["rmsnorm.bwd.block"] = block,
+              ["rmsnorm.fwd.stages"] = 2 + (items + block) % 3,
+              ["rmsnorm.bwd.stages"] = 2 + (items + block + 1) % 3,
+              ["rmsnorm.bwd.fused_reduce"] = (items + block) % 2,
+              ["rmsnorm.bwd.cluster"] = 2 ^ ((items + block / 32) % 4),
+              ["rmsnorm.bwd.grid_sms"] = (items + block) % 3 * 7,
+              ["rmsnorm.fwd.early_weight_max_n"] = (items + block + 1) % 2 * 2 ^ 24,
+              ["rmsnorm.fwd.staged_items"] = block == 1024 and 64 or items,
+              ["rmsnorm.fwd.reload_min_n"] = (items + block / 32) % 2,
+              ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2,
+              ["rmsnorm.fwd.blockrow_block"] = block,
+              ["rmsnorm.bwd.blockrow_block"] = 1024 / block * 32,
+              ["cuda.pdl"] = (items + block / 32) % 2}, function()
+              check_all(p)
+            end)
+          end
         end
+        release(p)
       end
-      release(p)
     end
   end)
 
   it_cuda("the looping kernels at every CTA count per SM the settings can ask for", function()
     for _, s in ipairs({{37, 4096}, {7, 65536}}) do
-      local p = problem(s[1], s[2], "bf16")
-      reference(p)
-      for _, n in ipairs({0, 1, 3}) do
-        -- 32-thread backward CTAs send 4096 columns to the looping kernel too
-        with_settings({["rmsnorm.fwd.items"] = 0, ["rmsnorm.fwd.loop_ctas_per_sm"] = n,
-          ["rmsnorm.bwd.loop_ctas_per_sm"] = n, ["rmsnorm.bwd.split_min_n"] = 0,
-          ["rmsnorm.bwd.block"] = 32}, function()
-          check_all(p)
-        end)
+      for _, o in ipairs(and_ln({{}}, {op = "layernorm", weight = "fp32", bias = "x"})) do
+        local p = problem(s[1], s[2], "bf16", o)
+        reference(p)
+        for _, n in ipairs({0, 1, 3}) do
+          -- 32-thread backward CTAs send 4096 columns to the looping kernel too
+          with_settings({["rmsnorm.fwd.items"] = 0, ["rmsnorm.fwd.loop_ctas_per_sm"] = n,
+            ["rmsnorm.bwd.loop_ctas_per_sm"] = n, ["rmsnorm.bwd.split_min_n"] = 0,
+            ["rmsnorm.bwd.block"] = 32}, function()
+            check_all(p)
+          end)
+        end
+        release(p)
       end
-      release(p)
     end
   end)
 
@@ -414,9 +563,12 @@ describe("CUDA ops #cuda", function()
     function()
       -- 32-thread CTAs leave 4096 columns too wide for registers (row chunks of 21 rows);
       -- fp32 rows split where their dW row outgrows shared memory (N = 65536)
-      for _, s in ipairs({{4099, 4096, "bf16"}, {37, 65536, "bf16"}, {7, 65536, "fp32", true}}) do
-        local p = problem(s[1], s[2], s[3], {add = s[4], cast = s[4] and "gemma" or nil,
-          offset = s[4] and 1 or nil})
+      local cases = and_ln({{4099, 4096, "bf16"}, {37, 65536, "bf16"},
+        {7, 65536, "fp32", {add = true, cast = "gemma", offset = 1}}},
+        {4099, 4096, "bf16", {op = "layernorm", weight = "x", bias = "fp32"}},
+        {7, 65536, "fp32", {op = "layernorm", bias = "x", offset = LN_OFFSET}})
+      for _, s in ipairs(cases) do
+        local p = problem(s[1], s[2], s[3], s[4])
         reference(p)
         with_settings({["rmsnorm.bwd.block"] = 32, ["rmsnorm.bwd.split_min_n"] = 1}, function()
           for _, v in ipairs({"partials", "persistent"}) do
@@ -533,5 +685,251 @@ describe("CUDA ops #cuda", function()
     assert.is_false(ok)
     assert.matches("does not fit one CTA's shared memory", err, 1, true)
     free(x, wc, wide, huge)
+  end)
+
+  ---- layernorm ----
+
+  it_ln("layernorm: every weight kind x bias kind x offset on a few shapes", function()
+    for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
+      check_ln(dtype, {{37, 1025}, {199, 4096}, {7, 65536}, {4099, 512}}, LN_FULL)
+    end
+  end)
+
+  -- Two runs of a backward variant with reduction r into fresh poisoned outputs: the run
+  -- info names r and says whether it is deterministic (every reduction but atomic), and a
+  -- deterministic one gives bitwise the same dx, dw and db twice.
+  local function check_repeat(p, v, r)
+    local runs = {}
+    for i = 1, 2 do
+      local o = {dx = poisoned({p.M, p.N}, p.dtype), dw = p.w and poisoned({p.N}, p.w.dtype),
+        db = p.b and poisoned({p.N}, p.b.dtype)}
+      local info = nl.run(p.op .. ".bwd." .. v, bwd_args(p, p.gdy, o.dx, o.dw, o.db, {reduce = r}))
+      assert.are.equal(r, info.reduce)
+      assert.are.equal(r ~= "atomic", info.deterministic, label(p, v, "bwd") .. " reduce=" .. r)
+      runs[i] = o
+    end
+    for _, name in ipairs({"dx", "dw", "db"}) do
+      local a, b = runs[1][name], runs[2][name]
+      if a and r ~= "atomic" then
+        local cmp = nl.compare(a, b, {atol = 0, rtol = 0})
+        assert(cmp.max_abs == 0 and cmp.n_nan == 0, string.format("%s reduce=%s: %s differs "
+          .. "between two runs: %s", label(p, v, "bwd"), r, name, tostring(cmp)))
+      end
+      free(a, b)
+    end
+  end
+
+  it_ln("layernorm: dx in place over dy, every dW/dB reduction each variant offers", function()
+    -- dW and dB together, each alone, with and without an offset; shapes from one row per
+    -- CTA to rows wider than the registers hold, many rows per SM, M = 4099 (> SMs x CTAs)
+    local cases = {{199, 1024, "bf16", "fp32", "x", 0}, {4099, 4096, "bf16", "x", "x", 1},
+      {37, 65536, "fp16", "none", "fp32", 0}, {7, 1023, "fp32", "x", "none", 1},
+      {1, 7, "fp16", "x", "fp32", 1}}
+    local offered, REDUCES = {}, {"temp", "partials", "atomic"}
+    for _, c in ipairs(cases) do
+      local p = problem(c[1], c[2], c[3], {op = "layernorm", weight = c[4], bias = c[5],
+        offset = c[6]})
+      reference(p)
+      for _, v in ipairs(bwd_entries("layernorm")) do
+        local ran = check_bwd(p, v.strategy)
+        assert.are.equal(ran, check_bwd(p, v.strategy, {inplace = true}))
+        for _, r in ipairs(v.reduces) do
+          offered[r] = true
+          -- a shape the variant takes, it takes with each reduction it offers
+          assert.are.equal(ran, check_bwd(p, v.strategy, {reduce = r}), v.name .. " " .. r)
+          if ran then
+            check_bwd(p, v.strategy, {reduce = r, inplace = true})
+            check_repeat(p, v.strategy, r)
+          end
+        end
+      end
+      -- auto with each reduction some variant offers, where it finds one
+      for _, r in ipairs(REDUCES) do
+        if offered[r] then
+          check_bwd(p, "auto", {reduce = r})
+        end
+      end
+      assert.is_true(check_bwd(p, "auto", {inplace = true}))
+      release(p)
+    end
+  end)
+
+  it_ln("layernorm: row strides wider than the row, with and without 16-byte alignment",
+    function()
+      for _, pad in ipairs({8, 3}) do
+        local p = problem(37, 1024, "bf16", {op = "layernorm", weight = "x", bias = "fp32",
+          offset = LN_OFFSET, stride = pad})
+        reference(p)
+        check_all(p)
+        for _, v in ipairs(variants("layernorm", "bwd")) do
+          check_bwd(p, v, {inplace = true})
+        end
+        release(p)
+      end
+    end)
+
+  it_ln("layernorm: NaN and Inf inputs flow through to NaN rows", function()
+    local x = cuda:randn({4, 256}, "bf16", {seed = 5})
+    local w, b = cuda:randn({256}, "bf16", {seed = 6}), cuda:randn({256}, "fp32", {seed = 7})
+    x:set(2, 3, 1 / 0)
+    x:set(3, 7, NaN)
+    local function finite(v)
+      return v == v and v ~= 1 / 0 and v ~= -1 / 0
+    end
+    local ran = 0
+    for _, v in ipairs(variants("layernorm", "fwd")) do
+      local y = cuda:empty({4, 256}, "bf16")
+      if nl.supports("layernorm.fwd." .. v, {x = x, w = w, b = b, y = y, eps = 1e-5}) then
+        local _, mean, rstd = nl.layernorm(x, w, b, {variant = v, out = y})
+        local m, r = mean:totable(), rstd:totable()
+        -- the finite rows keep finite statistics; the row with a NaN gets NaN ones and a
+        -- NaN output, the one with an Inf a non-finite output where the Inf was
+        assert.is_true(finite(m[1]) and finite(r[1]) and finite(m[4]) and finite(r[4]), v)
+        assert.is_true(m[3] ~= m[3] and r[3] ~= r[3], v)
+        assert.is_true(y:get(3, 1) ~= y:get(3, 1), v)
+        assert.is_false(finite(y:get(2, 3)), v)
+        assert.is_true(finite(y:get(1, 1)) and finite(y:get(4, 256)), v)
+        free(mean, rstd)
+        ran = ran + 1
+      end
+      y:free()
+    end
+    assert.is_true(ran > 0)
+    free(x, w, b)
+  end)
+
+  it_cuda("layernorm: bad input on the GPU gets the CPU's errors and changes nothing", function()
+    -- Validation comes before the variant's kernels, so this runs before any CUDA layernorm
+    -- variant is registered (auto then); afterwards on each registered one.
+    local raises = helper.raises
+    local bufs = {}
+    local function keep(b)
+      bufs[#bufs + 1] = b
+      return b
+    end
+    local function sentinel(dev, shape, dtype)
+      return keep(dev:full(shape, 7, dtype))
+    end
+    local function untouched(...)
+      for i = 1, select("#", ...) do
+        for _, v in ipairs(helper.flat(select(i, ...))) do
+          if v ~= 7 then
+            return false
+          end
+        end
+      end
+      return true
+    end
+    local function strategies(pass)
+      local list = variants("layernorm", pass)
+      return #list > 0 and list or {"auto"}
+    end
+    local on = cuda.name
+    local x = keep(cuda:randn({4, 8}, "bf16", {seed = 11}))
+    local w = keep(cuda:randn({8}, "fp32", {seed = 12, mean = 1, std = 0.1}))
+    local b = keep(cuda:randn({8}, "bf16", {seed = 13}))
+    local y, mean, rstd = sentinel(cuda, {4, 8}, "bf16"), sentinel(cuda, {4}, "fp32"),
+      sentinel(cuda, {4}, "fp32")
+    local cy, cm = sentinel(cpu, {4, 8}, "bf16"), sentinel(cpu, {4}, "fp32")
+    for _, v in ipairs(strategies("fwd")) do
+      local n = "layernorm.fwd." .. v .. ": "
+      local o = {variant = v, out = y, mean = mean, rstd = rstd}
+      local function with(k, val)
+        local t = {}
+        for key, value in pairs(o) do
+          t[key] = value
+        end
+        t[k] = val
+        return t
+      end
+      raises(n .. "argument 'w' has 7 elements, x has rows of 8", nl.layernorm, x,
+        keep(cuda:full({7}, 1, "fp32")), b, o)
+      raises(n .. "argument 'b' has 7 elements, x has rows of 8", nl.layernorm, x, w,
+        keep(cuda:full({7}, 0, "bf16")), o)
+      raises(n .. "argument 'w' is fp16; weights are fp32 or x's dtype (bf16)", nl.layernorm, x,
+        keep(cuda:full({8}, 1, "fp16")), b, o)
+      raises(n .. "argument 'b' is fp16; weights are fp32 or x's dtype (bf16)", nl.layernorm, x,
+        w, keep(cuda:full({8}, 0, "fp16")), o)
+      raises(n .. "argument 'y' is fp16 but x is bf16 (activations share one dtype)",
+        nl.layernorm, x, w, b, with("out", keep(cuda:full({4, 8}, 7, "fp16"))))
+      raises(n .. "argument 'y' is [4, 9] but x is [4, 8]", nl.layernorm, x, w, b,
+        with("out", keep(cuda:full({4, 9}, 7, "bf16"))))
+      raises(n .. "argument 'mean' must be a 1-D buffer of 4 elements (one per row)",
+        nl.layernorm, x, w, b, with("mean", keep(cuda:full({5}, 7, "fp32"))))
+      raises(n .. "argument 'rstd' is bf16; rstd and mean are always fp32", nl.layernorm, x, w,
+        b, with("rstd", keep(cuda:full({4}, 7, "bf16"))))
+      raises(n .. "offset 1 needs a weight (w is absent)", nl.layernorm, x, nil, b,
+        with("offset", 1))
+      raises(n .. "output 'y' is the same buffer as 'x' (outputs must be distinct buffers)",
+        nl.layernorm, x, w, b, with("out", x))
+      raises(n .. "output 'rstd' is the same buffer as 'mean' (outputs must be distinct buffers)",
+        nl.layernorm, x, w, b, with("rstd", mean))
+      -- mixed devices: an input or an output on the CPU
+      raises(n .. "argument 'w' is on cpu but x is on " .. on, nl.layernorm, x,
+        keep(w:to(cpu)), b, o)
+      raises(n .. "argument 'b' is on cpu but x is on " .. on, nl.layernorm, x, w,
+        keep(b:to(cpu)), o)
+      raises(n .. "argument 'y' is on cpu but x is on " .. on, nl.layernorm, x, w, b,
+        with("out", cy))
+      raises(n .. "argument 'mean' is on cpu but x is on " .. on, nl.layernorm, x, w, b,
+        with("mean", cm))
+      assert.is_true(untouched(y, mean, rstd, cy, cm))
+    end
+
+    local dy = keep(cuda:randn({4, 8}, "bf16", {seed = 14}))
+    local m, r = keep(cuda:full({4}, 0, "fp32")), keep(cuda:full({4}, 1, "fp32"))
+    local dx, dw, db = sentinel(cuda, {4, 8}, "bf16"), sentinel(cuda, {8}, "fp32"),
+      sentinel(cuda, {8}, "bf16")
+    local cdw = sentinel(cpu, {8}, "fp32")
+    local bwd = nl.layernorm_bwd
+    for _, v in ipairs(strategies("bwd")) do
+      local n = "layernorm.bwd." .. v .. ": "
+      local o = {variant = v, dx = dx, dw = dw, db = db}
+      raises(n .. "argument 'dy' is [4, 9] but x is [4, 8]", bwd,
+        keep(cuda:randn({4, 9}, "bf16", {seed = 15})), x, w, b, m, r, o)
+      raises(n .. "argument 'dy' is fp16 but x is bf16 (activations share one dtype)", bwd,
+        keep(cuda:randn({4, 8}, "fp16", {seed = 16})), x, w, b, m, r, o)
+      raises("layernorm_bwd: argument 'mean' is required", bwd, dy, x, w, b, nil, r, o)
+      raises("layernorm_bwd: argument 'rstd' is required", bwd, dy, x, w, b, m, nil, o)
+      raises(n .. "argument 'mean' is required", nl.run, "layernorm.bwd." .. v,
+        {dy = dy, x = x, w = w, b = b, rstd = r, dx = dx, dw = dw, db = db})
+      raises(n .. "argument 'rstd' is required", nl.run, "layernorm.bwd." .. v,
+        {dy = dy, x = x, w = w, b = b, mean = m, dx = dx, dw = dw, db = db})
+      raises(n .. "argument 'mean' must be a 1-D buffer of 4 elements (one per row)", bwd, dy,
+        x, w, b, keep(cuda:full({8}, 0, "fp32")), r, o)
+      raises(n .. "argument 'rstd' is fp16; rstd and mean are always fp32", bwd, dy, x, w, b,
+        m, keep(cuda:full({4}, 1, "fp16")), o)
+      raises(n .. "argument 'dw' is bf16 but w is fp32", bwd, dy, x, w, b, m, r,
+        {variant = v, dx = dx, dw = keep(cuda:full({8}, 7, "bf16")), db = db})
+      raises(n .. "argument 'db' is fp32 but b is bf16", bwd, dy, x, w, b, m, r,
+        {variant = v, dx = dx, dw = dw, db = keep(cuda:full({8}, 7, "fp32"))})
+      raises("layernorm_bwd: option 'db' is given but there is no bias b", bwd, dy, x, w, nil,
+        m, r, o)
+      raises(n .. "output 'dx' is the same buffer as 'x'", bwd, dy, x, w, b, m, r,
+        {variant = v, dx = x, dw = dw, db = db})
+      raises(n .. "argument 'mean' is on cpu but x is on " .. on, bwd, dy, x, w, b,
+        keep(m:to(cpu)), r, o)
+      raises(n .. "argument 'dw' is on cpu but x is on " .. on, bwd, dy, x, w, b, m, r,
+        {variant = v, dx = dx, dw = cdw, db = db})
+      assert.is_true(untouched(dx, dw, db, cdw))
+    end
+    -- a reduction a variant lacks is refused with the ones it has
+    for _, e in ipairs(bwd_entries("layernorm")) do
+      local has = {}
+      for _, red in ipairs(e.reduces) do
+        has[red] = true
+      end
+      for _, red in ipairs({"temp", "partials", "atomic"}) do
+        if not has[red] then
+          raises(string.format("%s: no '%s' reduction of dW (it supports: %s)", e.name, red,
+            table.concat(e.reduces, ", ")), bwd, dy, x, w, b, m, r,
+            {variant = e.strategy, reduce = red, dx = dx, dw = dw, db = db})
+        end
+      end
+    end
+    assert.is_true(untouched(dx, dw, db))
+    for _, buf in ipairs(bufs) do
+      buf:free()
+    end
   end)
 end)

@@ -6,7 +6,7 @@ local nl = require("normlab")
 
 local drivers = {
   cpu = {spec = "spec/cpu_ops_spec.lua", ops = {"rmsnorm", "layernorm", "add_rmsnorm"}},
-  cuda = {spec = "spec/cuda_ops_spec.lua", ops = {"rmsnorm", "add_rmsnorm"}},
+  cuda = {spec = "spec/cuda_ops_spec.lua", ops = {"rmsnorm", "layernorm", "add_rmsnorm"}},
 }
 
 local function driven(backend, op)
