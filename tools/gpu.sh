@@ -34,13 +34,19 @@ for step in $steps; do
       run spec-ffi busted --lua=luajit -o utfTerminal spec ;;
     sanitize)
       # memcheck and racecheck over a representative subset of the CUDA kernels
+      # (racecheck takes about 4 minutes over the subset on an H100)
       for tool in memcheck racecheck; do
-        run "$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/normlab" tools/sanitize_subset.lua
+        STEP_TIMEOUT=${SANITIZE_TIMEOUT:-600} run "$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+          "$BUILD/normlab" tools/sanitize_subset.lua
       done ;;
     bench)
       run bwd "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --markdown "$OUT/bwd.md" --json "$OUT/bwd.json"
       run bwd_large "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --M 32768 --N 4096,8192 --dtypes bf16 --markdown "$OUT/bwd_large.md"
       run fwd "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --markdown "$OUT/fwd.md" --json "$OUT/fwd.json"
+      run ln_bwd "$BUILD/normlab" experiments/bwd_sweep.lua --op layernorm --device cuda --graph --dtypes bf16 \
+        --M 4096,32768 --N 1024..16384 --markdown "$OUT/ln_bwd.md" --json "$OUT/ln_bwd.json"
+      run ln_fwd "$BUILD/normlab" experiments/fwd_sweep.lua --op layernorm --device cuda --graph \
+        --markdown "$OUT/ln_fwd.md" --json "$OUT/ln_fwd.json"
       # outputs written to the same buffers by every set (compare with peers.py --outputs shared)
       run fwd_shared "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --outputs shared \
         --M 4096 --variants auto --markdown "$OUT/fwd_shared.md" ;;
