@@ -173,6 +173,10 @@ nl_status nl__cuda_query(nl_ctx *ctx, int dev, nl_device_info *info)
   ATTR(mem_bus_bits, cudaDevAttrGlobalMemoryBusWidth);
   ATTR(mem_clock_khz, cudaDevAttrMemoryClockRate);
 #undef ATTR
+  CK(cudaDriverGetVersion(&v), "cudaDriverGetVersion");
+  info->driver_version = v;
+  CK(cudaRuntimeGetVersion(&v), "cudaRuntimeGetVersion");
+  info->runtime_version = v;
   return NL_OK;
 }
 

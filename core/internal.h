@@ -40,6 +40,9 @@ typedef struct nl_knobs {
   nlk_bwd_tune bwd;
 } nl_knobs;
 
+/* build_id.c, generated: SHA-256 over kernels/, the registry lines and the build configuration */
+extern const char nl__build_id[];
+
 enum { NL_SETTINGS_MAX = 64 };
 
 /* Scratch memory of one device, grown on demand and kept for the context's lifetime. */

@@ -244,6 +244,7 @@ static void describe(const nl_ctx *ctx, const char *gpu, int32_t index, nl_setti
   out->min = defs[index].min;
   out->max = defs[index].max;
   out->integer = defs[index].kind != F64;
+  out->user = ctx->settings_user[index] ? 1 : 0;
 }
 
 nl_status nl_setting_describe(const nl_ctx *ctx, int32_t index, nl_setting_desc *out)
@@ -303,5 +304,22 @@ nl_status nl_get(nl_ctx *ctx, const char *key, double *value)
   if ((i = find(key)) < 0)
     return nl__err(ctx, NL_EINVAL, "unknown setting '%s'", key ? key : "(null)");
   *value = value_on(ctx, ctx->device_gpu, i);
+  return NL_OK;
+}
+
+nl_status nl_reset(nl_ctx *ctx, const char *key)
+{
+  int i;
+  nl_status st = nl__enter(ctx);
+  if (st != NL_OK)
+    return st;
+  if (!key) {
+    memset(ctx->settings_user, 0, sizeof ctx->settings_user);
+    return NL_OK;
+  }
+  if ((i = find(key)) < 0)
+    return nl__err(ctx, NL_EINVAL, "unknown setting '%s'", key);
+  ctx->settings_user[i] = 0;
+  ctx->settings[i] = 0;
   return NL_OK;
 }

@@ -30,12 +30,12 @@
  *   {name =, kind = [, struct =]} (generated from the header: cmake/gen_structs.cmake);
  *   Buffer, the buffers' method table, and fields, getters that their __index consults
  *   after Buffer (fields[k](buf)), both extended by the Lua library;
- *   version(); cuda_compiled(); lib_prefix(s); last_failure() -> status, message of the
+ *   version(); cuda_compiled(); build_id(); lib_prefix(s); last_failure() -> status, message of the
  *   latest error raised from a core status (so that a caller holding an error can tell
  *   whether it was that one); interrupt(); set_device(b, i); next_seed(); set_seed(s);
  *   sync(b, i); device_count(b); device_info(b, i) -> nl_device_info; roofline(b, i);
  *   settings([b, i]) -> list of nl_setting_desc; model_defaults() -> list of nl_model_default;
- *   set(key, v); get(key); variants() -> list of nl_variant_desc;
+ *   set(key, v); get(key); reset([key]) (nil: every setting); variants() -> list of nl_variant_desc;
  *   buffer(b, i, dtype, shape, stride); is_buffer(v); compare(a, ref, atol, rtol) -> nl_cmp;
  *   supports(name, args) -> true | false, reason; resolve(name, args) -> name;
  *   run(name, args) -> nl_run_info; bench(name, args, opts) -> nl_bench_result (args: the
@@ -552,6 +552,12 @@ static int l_cuda_compiled(lua_State *L)
   return 1;
 }
 
+static int l_build_id(lua_State *L)
+{
+  lua_pushstring(L, nl_build_id());
+  return 1;
+}
+
 static int l_lib_prefix(lua_State *L)
 {
   luaL_checkstring(L, 1);
@@ -681,6 +687,14 @@ static int l_set(lua_State *L)
 {
   LCtx *c = getctx(L);
   check(L, c, nl_set(c->ctx, luaL_checkstring(L, 1), lua_tonumber(L, 2)));
+  return 0;
+}
+
+/* reset([key]): key nil resets every setting */
+static int l_reset(lua_State *L)
+{
+  LCtx *c = getctx(L);
+  check(L, c, nl_reset(c->ctx, lua_isnoneornil(L, 1) ? NULL : luaL_checkstring(L, 1)));
   return 0;
 }
 
@@ -822,6 +836,7 @@ static const struct {
 static const luaL_Reg module_funcs[] = {
   {"version", l_version},
   {"cuda_compiled", l_cuda_compiled},
+  {"build_id", l_build_id},
   {"lib_prefix", l_lib_prefix},
   {"last_failure", l_last_failure},
   {"interrupt", l_interrupt},
@@ -836,6 +851,7 @@ static const luaL_Reg module_funcs[] = {
   {"model_defaults", l_model_defaults},
   {"set", l_set},
   {"get", l_get},
+  {"reset", l_reset},
   {"variants", l_variants},
   {"buffer", l_buffer},
   {"is_buffer", l_is_buffer},

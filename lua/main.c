@@ -975,6 +975,20 @@ static void doREPL(lua_State *L)
   progname = saved;
 }
 
+/* --list's last line: the tuning cache `auto` consults (normlab.tune reads it; a failure
+ * there is reported, never fatal). */
+static void print_tune_cache(lua_State *L)
+{
+  static const char chunk[] =
+    "local ok, line = pcall(function() return require('normlab.tune').describe() end)\n"
+    "io.write('\\n', ok and line or ('tuning cache: unavailable (' .. tostring(line) .. ')'), '\\n')\n";
+  if (luaL_dostring(L, chunk) != LUA_OK) {
+    fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  fflush(stdout);
+}
+
 /* ---- main ---- */
 
 /* The whole program, run in protected mode: pushes true on success. */
@@ -1007,6 +1021,7 @@ static int pmain(lua_State *L)
   set_paths(L);
   createargtable(L, argv, argc, o.script);
   lua_gc(L, LUA_GCRESTART);
+  if (o.flags & OPT_LIST) print_tune_cache(L);
   if (!runargs(L, argv, o.optlim)) return 0;
   if (o.script > 0 && handle_script(L, argv + o.script) != LUA_OK) return 0;
   if (o.flags & OPT_I) {

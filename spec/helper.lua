@@ -30,6 +30,10 @@ local nl = require("normlab")
 
 local helper = {}
 
+-- No spec consults the user's tuning cache (~/.cache/normlab): `auto` takes the built-in
+-- thresholds unless a spec points nl.tune_cache at a file of its own.
+nl.tune_cache(false)
+
 helper.ODD = {1, 7, 37, 111, 199, 1023, 1025, 4097}
 
 for _, d in ipairs(nl.devices()) do

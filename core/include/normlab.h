@@ -90,6 +90,8 @@ typedef struct nl_device_info {
   int64_t mem_bytes;
   double mem_clock_khz;
   int32_t mem_bus_bits;
+  int32_t driver_version; /* CUDA: cudaDriverGetVersion (e.g. 12040); CPU: 0 */
+  int32_t runtime_version; /* CUDA: cudaRuntimeGetVersion of the runtime linked in; CPU: 0 */
 } nl_device_info;
 
 typedef struct nl_buf_desc {
@@ -224,6 +226,8 @@ typedef struct nl_setting_desc {
   int32_t integer;        /* 1 when only integers are accepted */
   const char *origin;     /* where def comes from: "normlab", or the GPU model whose table
                            * (nl_model_default_describe) set it on this device */
+  int32_t user;           /* 1 when nl_set gave the value (launches take it on every device),
+                           * 0 when launches take def (never set, or nl_reset since) */
 } nl_setting_desc;
 
 /* A setting's default on one GPU model: launches on a CUDA GPU whose name contains `model`
@@ -238,6 +242,10 @@ typedef struct nl_model_default {
 const char *nl_version(void);
 const char *nl_status_name(nl_status status);
 int32_t nl_cuda_compiled(void);
+/* What identifies this build of the kernels: a SHA-256 (hex) CMake computes over kernels/,
+ * the registry lines (core/variants_*.c) and the build configuration (type, CUDA
+ * architectures, -march=native, compilers). Tuning results are valid for one build id. */
+const char *nl_build_id(void);
 
 /* Context: default device, dispatch settings, seed counter, error state, scratch. */
 nl_status nl_ctx_new(nl_device device, nl_ctx **out);
@@ -263,6 +271,10 @@ nl_status nl_setting_describe_on(nl_ctx *ctx, nl_device device, int32_t index,
                                  nl_setting_desc *out);
 nl_status nl_set(nl_ctx *ctx, const char *key, double value);
 nl_status nl_get(nl_ctx *ctx, const char *key, double *value);
+/* Back to "not set": launches take the default of the GPU they run on again. key NULL: every
+ * setting. Restoring what nl_get read with nl_set is not the same: that marks it set, so a
+ * GPU model's own default is lost. */
+nl_status nl_reset(nl_ctx *ctx, const char *key);
 int32_t nl_model_default_count(void);
 nl_status nl_model_default_describe(int32_t index, nl_model_default *out);
 

@@ -16,13 +16,14 @@ local enums = require("normlab.enums")
 local ops = require("normlab.ops")
 local settings = require("normlab.settings")
 local tolerance = require("normlab.tolerance")
+local tune = require("normlab.tune")
 local util = require("normlab.util")
 
 local K = core.constants
 
 local KEYS = {"op", "variants", "M", "N", "dtype", "device", "weight", "bias", "cast", "offset",
   "eps", "reduce", "check", "mode", "outputs", "graph", "batches", "reps", "warmup_ms", "batch_ms",
-  "progress", "seed", "stats"}
+  "progress", "seed", "stats", "tolerance"}
 
 -- Activations each op and pass reads, the activations it writes, its per-row statistics
 -- (outputs of a forward pass, inputs of a backward one, which takes them from `fwd` run on
@@ -154,6 +155,10 @@ local function parse(spec)
     batches = s.batches, reps = s.reps, warmup_ms = s.warmup_ms, batch_ms = s.batch_ms,
     share_outputs = s.outputs == "shared" and 1 or 0})
   p.progress = s.progress
+  if s.tolerance ~= nil and type(s.tolerance) ~= "function" then
+    util.fail("bench: option 'tolerance' must be a function(dtype, output, M, variant) -> atol, rtol")
+  end
+  p.tolerance = s.tolerance or tolerance
   return p
 end
 
@@ -264,11 +269,8 @@ local function strip_position(msg)
   return (tostring(msg):gsub("^[^\n]-:%d+: ", "", 1))
 end
 
--- One row: skip, fail or ok with the timing.
-local function measure(p, cell, variant, bufs)
-  local row = {op = p.op, pass = p.pass, variant = variant, M = cell.M, N = cell.N,
-    dtype = cell.dtype}
-  local name = ops.variant_name("bench", p.op, p.pass, variant)
+-- One row: skip, fail or ok with the timing, for the concrete variant name.
+local function measure_as(p, cell, variant, bufs, row, name)
   local a = cell.args
   local ok, why = core.supports(name, a)
   if not ok then
@@ -284,7 +286,7 @@ local function measure(p, cell, variant, bufs)
     core.run(name, a)
     row.check = {}
     for _, f in ipairs(cell.outs) do
-      local atol, rtol = tolerance(cell.dtype, f, cell.M)
+      local atol, rtol = p.tolerance(cell.dtype, f, cell.M, name)
       local c = compare(a[f], cell.ref[f], {atol = atol, rtol = rtol})
       row.check[f] = {max_abs = c.max_abs, max_rel = c.max_rel, ulp_max = c.ulp_max,
         n_bad = c.n_bad, ok = c.ok}
@@ -309,6 +311,16 @@ local function measure(p, cell, variant, bufs)
   row.grid, row.block, row.cluster = info.grid, info.block, info.cluster
   row.sets, row.footprint_bytes = b.sets, b.footprint_bytes
   return row
+end
+
+-- One row; `auto` is resolved by the tuning cache first (normlab.tune), whose settings hold
+-- for the check and the timing alike; the row says how (dispatch, bucket).
+local function measure(p, cell, variant, bufs)
+  local row = {op = p.op, pass = p.pass, variant = variant, M = cell.M, N = cell.N,
+    dtype = cell.dtype}
+  local d = tune.dispatch(ops.variant_name("bench", p.op, p.pass, variant), cell.args)
+  row.dispatch, row.bucket = d.dispatch, d.bucket
+  return settings.with(d.settings, measure_as, p, cell, variant, bufs, row, d.name)
 end
 
 -- Whether err, caught from a cell, is an out-of-memory or unsupported status of the core,

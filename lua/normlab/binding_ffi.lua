@@ -309,6 +309,10 @@ function M.cuda_compiled()
   return C.nl_cuda_compiled() ~= 0
 end
 
+function M.build_id()
+  return ffi.string(C.nl_build_id())
+end
+
 function M.lib_prefix(prefix)
   util.prefix = prefix
 end
@@ -386,6 +390,11 @@ end
 
 function M.set(key, value)
   check(C.nl_set(ctx, key, value))
+end
+
+-- reset(key): key nil resets every setting
+function M.reset(key)
+  check(C.nl_reset(ctx, key))
 end
 
 function M.get(key)

@@ -19,6 +19,7 @@ local nl = {
   version = core.version(),
   binding = core.binding,
   cuda_compiled = core.cuda_compiled(),
+  build_id = core.build_id(),
 
   device = buffer.device,
   devices = buffer.devices,
@@ -39,10 +40,13 @@ local nl = {
   model_defaults = settings.model_defaults,
   set = settings.set,
   get = settings.get,
+  reset = settings.reset,
 
   compare = require("normlab.compare"),
   tolerance = require("normlab.tolerance"),
   bench = require("normlab.bench"),
+  tune = require("normlab.tune").tune,
+  tune_cache = require("normlab.tune").cache,
 }
 
 -- nl.encode(dtype, values) -> bit patterns (each value rounded to the dtype as a store would),

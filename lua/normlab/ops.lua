@@ -9,6 +9,8 @@ local core = require("normlab.binding")
 local buffer = require("normlab.buffer")
 local check = require("normlab.check")
 local enums = require("normlab.enums")
+local settings = require("normlab.settings")
+local tune = require("normlab.tune")
 local util = require("normlab.util")
 
 local K = core.constants
@@ -113,9 +115,18 @@ function M.info_table(i)
   return t
 end
 
+-- Runs variant name on args, `auto` resolved by the tuning cache first (normlab.tune): the
+-- run info, with dispatch ("tuned" or "default", for auto) and bucket (the cache entry's).
+local function dispatched_run(name, args)
+  local d = tune.dispatch(name, args)
+  local info = M.info_table(settings.with(d.settings, core.run, d.name, args))
+  info.dispatch, info.bucket = d.dispatch, d.bucket
+  return info
+end
+
 function M.run(name, args)
   args = low_args("run", args)
-  return M.info_table(core.run(check.string(name, "variant"), args))
+  return dispatched_run(check.string(name, "variant"), args)
 end
 
 function M.supports(name, args)
@@ -123,9 +134,12 @@ function M.supports(name, args)
   return core.supports(check.string(name, "variant"), args)
 end
 
+-- The concrete variant, then how auto was resolved ("tuned" or "default"; nil for another
+-- name) and the cache bucket it came from.
 function M.resolve(name, args)
   args = low_args("resolve", args)
-  return core.resolve(check.string(name, "variant"), args)
+  local d = tune.dispatch(check.string(name, "variant"), args)
+  return settings.with(d.settings, core.resolve, d.name, args), d.dispatch, d.bucket
 end
 
 ---- option helpers ----
@@ -183,7 +197,7 @@ local function run(name, args, outputs)
   local new = {}
   local ok, err = pcall(function()
     outputs(new)
-    core.run(name, args)
+    dispatched_run(name, args)
   end)
   if not ok then
     for _, b in ipairs(new) do

@@ -516,6 +516,9 @@ local function json_codec()
     "\n  dkjson: " .. tostring(dkjson), 3)
 end
 
+-- also the tuning cache's (normlab.tune)
+report.json_codec = json_codec
+
 -- JSON has no NaN or infinity: they travel as the strings "nan", "inf" and "-inf", which
 -- report.from_json turns back into numbers.
 local function sanitize(v, depth)

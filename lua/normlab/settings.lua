@@ -20,6 +20,7 @@ function M.list(device)
   for i, s in ipairs(raw) do
     local e = util.copy(s)
     e.integer = s.integer ~= 0
+    e.user = s.user ~= 0
     for _, f in ipairs(core.structs.nl_setting_desc) do
       if f.kind == "f64" then
         e[f.name] = value_of(s[f.name], e.integer)
@@ -99,6 +100,71 @@ function M.set(key, value)
     util.failf("set: value of '%s' must be a number or a boolean, got %s", key, type(value))
   end
   core.set(key, value)
+end
+
+-- nl.reset(key) / nl.reset(): the setting (every setting) back to "not set", so that launches
+-- take the default of the GPU they run on again.
+function M.reset(key)
+  if key == nil then
+    core.reset(nil)
+  else
+    core.reset(setting("reset", key).key)
+  end
+end
+
+-- The state of settings keys (a list), to hand to M.restore: each key's value and whether
+-- nl.set gave it.
+function M.save(keys)
+  local saved = {}
+  local by_key = {}
+  for _, s in ipairs(M.list()) do
+    by_key[s.key] = s
+  end
+  for i, k in ipairs(keys) do
+    local s = by_key[k] or setting("save", k)
+    saved[i] = {key = k, value = s.value, user = s.user}
+  end
+  return saved
+end
+
+-- Puts back what M.save saw: a value nl.set gave is set again, any other is reset, so that
+-- a GPU model's default survives a scoped change.
+function M.restore(saved)
+  for i = #saved, 1, -1 do
+    local s = saved[i]
+    if s.user then
+      core.set(s.key, s.value)
+    else
+      core.reset(s.key)
+    end
+  end
+end
+
+-- fn(...) with settings (a list of {key, value}) in force, restored after it whether it fails
+-- or not; fn's results.
+function M.with(list, fn, ...)
+  if list == nil or #list == 0 then
+    return fn(...)
+  end
+  local keys = {}
+  for i, kv in ipairs(list) do
+    keys[i] = kv[1]
+  end
+  local saved = M.save(keys)
+  local function pack(...)
+    return {n = select("#", ...), ...}
+  end
+  local res = pack(pcall(function(...)
+    for _, kv in ipairs(list) do
+      M.set(kv[1], kv[2])
+    end
+    return fn(...)
+  end, ...))
+  M.restore(saved)
+  if not res[1] then
+    error(res[2], 0)
+  end
+  return (table.unpack or unpack)(res, 2, res.n)
 end
 
 function M.get(key)
