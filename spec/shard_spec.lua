@@ -287,48 +287,85 @@ describe("nl.merge", function()
 end)
 
 describe("normlab merge", function()
+  local unpack_ = table.unpack or unpack
+  local COMMON = {"--M", "4", "--N", "8,16", "--dtypes", "fp32", "--batches", "1", "--seed", "3"}
+
+  -- An experiment in this process (as spec/cli_spec.lua runs them: no copy roofline measured
+  -- per run): ok, stdout, the error.
+  local function in_process(path, args)
+    local argv = {"--device", "cpu", unpack_(COMMON)}
+    for _, a in ipairs(args) do argv[#argv + 1] = a end
+    argv[0] = path
+    local chunk = assert(loadfile(path))
+    local out_path = os.tmpname()
+    local out = assert(io.open(out_path, "w"))
+    local saved_arg, saved_out, saved_err = rawget(_G, "arg"), io.stdout, io.stderr
+    _G.arg, io.stdout, io.stderr = argv, out, assert(io.open("/dev/null", "w"))
+    local ok, err = pcall(helper.with_settings, FAST, function() chunk(unpack_(argv)) end)
+    io.stderr:close()
+    _G.arg, io.stdout, io.stderr = saved_arg, saved_out, saved_err
+    out:close()
+    local text = read_file(out_path)
+    os.remove(out_path)
+    return ok, text, err
+  end
+
+  it("an empty shard prints no rows and keeps the script's speedup pairs", function()
+    local path = os.tmpname()
+    local ok, out, err = in_process("experiments/bwd_sweep.lua", {"--shard", "3/3", "--json", path})
+    assert.is_true(ok, tostring(err))
+    assert.truthy(out:find("(no rows)", 1, true), out)
+    local r = report.from_json(read_file(path))
+    assert.are.same({}, r.rows)
+    assert.are.same({speedup = {{"persistent", "row"}}}, r.meta.print)
+    assert.are.same({index = 3, count = 3, cells = {}}, r.meta.shard)
+    os.remove(path)
+  end)
+
   it("an experiment run in shards through the executable merges into the unsharded table", function()
     local dir = os.tmpname()
+    local ok, whole, err = in_process("experiments/bwd_sweep.lua", {"--json", dir .. ".full.json"})
+    assert.is_true(ok, tostring(err))
     local fast = "nl = require('normlab') nl.set('bench.warmup_ms', 1) nl.set('bench.batch_ms', 1)"
-    local common = {"--device", "cpu", "-e", fast, "experiments/bwd_sweep.lua", "--M", "4",
-      "--N", "8,16", "--dtypes", "fp32", "--batches", "1", "--seed", "3"}
-    local function sweep_run(extra)
-      local argv = {}
-      for i, a in ipairs(common) do argv[i] = a end
-      for _, a in ipairs(extra) do argv[#argv + 1] = a end
-      local rc, out, err = run(argv)
-      assert.are.equal(0, rc, err)
-      return out
-    end
-    local whole = sweep_run({"--json", dir .. ".full.json"})
     local files = {}
-    for i = 1, 3 do -- two cells in three shards: shard 3/3 is empty
+    for i = 1, 2 do
       files[i] = dir .. ".s" .. i .. ".json"
-      sweep_run({"--shard", i .. "/3", "--json", files[i]})
+      local rc, _, e = run({"--device", "cpu", "-e", fast, "experiments/bwd_sweep.lua",
+        "--shard", i .. "/2", "--json", files[i], unpack_(COMMON)})
+      assert.are.equal(0, rc, e)
     end
-    local rc, out, err = run({"merge", files[3], files[1], files[2], "--json", dir .. ".m.json",
+    local rc, out
+    rc, out, err = run({"merge", files[2], files[1], "--json", dir .. ".m.json",
       "--markdown", dir .. ".m.md", "--csv", dir .. ".m.csv"})
     assert.are.equal(0, rc, err)
     assert.are.same(shape_of(whole), shape_of(out))
     assert.are.same({"M", "N", "dtype", "row", "persistent", "persistent/row"}, shape_of(out).cols)
     assert.truthy(out:find("persistent/row: geometric mean", 1, true), out)
+    assert.truthy(err:find("wrote " .. dir .. ".m.json", 1, true), err)
     assert.truthy(read_file(dir .. ".m.md"):find("persistent/row", 1, true))
+    assert.truthy(read_file(dir .. ".m.csv"):find("^op,pass,variant"))
     local m = report.from_json(read_file(dir .. ".m.json"))
     local f = report.from_json(read_file(dir .. ".full.json"))
     assert.are.same(untimed(f.rows), untimed(m.rows))
+    assert.are.same(f.meta.sweep, m.meta.sweep)
     -- the merged JSON prints the same table again, speedups included
     assert.are.same(shape_of(f:text()), shape_of(m:text()))
     -- a refusal: the message alone, status 1
-    rc, _, err = run({"merge", files[1], files[3]})
+    rc, _, err = run({"merge", files[1]})
     assert.are.equal(1, rc)
     assert.truthy(err:find("merge: missing cells: 1 of the sweep's 2 are in no input (shard " ..
-      "2/3 not given): fp32 M=4 N=16", 1, true), err)
+      "2/2 not given): fp32 M=4 N=16", 1, true), err)
     assert.falsy(err:find("traceback", 1, true), err)
+    rc, _, err = run({"merge", files[1], dir .. ".full.json"})
+    assert.are.equal(1, rc)
+    assert.truthy(err:find("shards of different splits", 1, true), err)
     rc, _, err = run({"merge"})
     assert.are.equal(1, rc)
     assert.truthy(err:find("no input files", 1, true), err)
-    for _, p in ipairs({".full.json", ".s1.json", ".s2.json", ".s3.json", ".m.json", ".m.md",
-        ".m.csv", ""}) do
+    rc, out = run({"merge", "--help"})
+    assert.are.equal(0, rc)
+    assert.truthy(out:find("--markdown", 1, true), out)
+    for _, p in ipairs({".full.json", ".s1.json", ".s2.json", ".m.json", ".m.md", ".m.csv", ""}) do
       os.remove(dir .. p)
     end
   end)
