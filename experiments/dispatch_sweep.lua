@@ -8,7 +8,9 @@
 -- bwd); --op <op>.<pass> (--op rmsnorm.bwd) says both at once. --weight x|fp32|none (default
 -- x) and, for layernorm, --bias (default: as the weight) choose the weight and bias dtypes.
 -- Each --set key=v1,v2,... adds an axis; the cartesian product of all axes is run. A value
--- given twice runs twice (A/B rounds), its second column labelled #2.
+-- given twice runs twice (A/B rounds), its second column labelled #2. --shard I/N runs every
+-- combination on every Nth cell (dtype, M, N) from the Ith; `normlab merge` puts the shards'
+-- --json back together (README, "Sharding a sweep").
 local nl = require("normlab")
 local cli = require("normlab.cli")
 local report = require("normlab.report")

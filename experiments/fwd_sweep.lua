@@ -6,7 +6,9 @@
 --
 --   normlab experiments/fwd_sweep.lua [--op rmsnorm|layernorm|add_rmsnorm] [--device cuda]
 --       [--M 4096,32768] [--N 1024..16384] [--dtypes bf16] [--weight x|fp32|none]
---       [--bias x|fp32|none] [--graph] [--csv f] [--json f]
+--       [--bias x|fp32|none] [--graph] [--shard I/N] [--csv f] [--json f]
+-- --shard I/N runs every Nth cell (dtype, M, N) from the Ith; `normlab merge s1.json ...` puts
+-- the shards' --json back into this table (README, "Sharding a sweep").
 -- Weights (and LayerNorm's bias, unless --bias says otherwise) are in x's dtype by default.
 local nl = require("normlab")
 local cli = require("normlab.cli")

@@ -58,6 +58,10 @@ local o = cli.bench_opts(args, {})
 if args.check == false then
   error(cli.usage_error("--no-check: tuning checks every candidate; it cannot be turned off"))
 end
+if args.shard then
+  error(cli.usage_error("--shard: tune.lua writes its winners to the cache, not a sweep's JSON; "
+    .. "it cannot be sharded"))
+end
 local r = nl.tune{op = o.op, M = o.M, N = o.N, dtype = o.dtype, variants = o.variants,
   settings = axes, budget_s = args.budget, device = o.device, weight = o.weight, bias = o.bias,
   mode = o.mode, outputs = o.outputs, graph = o.graph, batches = o.batches, seed = o.seed,

@@ -238,13 +238,27 @@ static int pushargs(lua_State *L)
   return n;
 }
 
-/* Runs the script argv[0] ("-" is stdin unless it came after "--") with arg[1..n]. */
+/* Subcommands: a script name the executable runs itself, from the library. `normlab merge
+ * a.json b.json ...` puts a sweep's shards back together (lua/normlab/merge.lua); a script
+ * file of that name runs as ./merge. */
+static const char *subcommand(const char *name)
+{
+  if (strcmp(name, "merge") == 0) return "return require('normlab.merge').main(...)";
+  return NULL;
+}
+
+/* Runs the script argv[0] ("-" is stdin unless it came after "--"), or the subcommand of
+ * that name, with arg[1..n]. */
 static int handle_script(lua_State *L, char **argv)
 {
   int status;
   const char *fname = argv[0];
+  const char *sub = subcommand(fname);
   if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0) fname = NULL;
-  status = luaL_loadfilex(L, fname, "bt");
+  if (sub != NULL)
+    status = luaL_loadbuffer(L, sub, strlen(sub), "=merge");
+  else
+    status = luaL_loadfilex(L, fname, "bt");
   if (status == LUA_OK) {
     int n = pushargs(L);
     status = docall(L, n, LUA_MULTRET);
@@ -362,6 +376,9 @@ static void print_help(void)
 {
   printf("normlab %s: a Lua-scriptable sandbox for GPU normalization kernels\n\n"
          "usage: %s [options] [script [args]]\n"
+         "       %s merge a.json b.json ... [--json f] [--csv f] [--markdown f] [--svg f]\n"
+         "         puts the JSON of a sweep's shards (an experiment's --shard I/N) back\n"
+         "         together and prints the unsharded run's table (merge --help)\n"
          "  -e stat          run the Lua statement stat\n"
          "  -l mod           mod = require(\"mod\"); -l g=mod sets g instead\n"
          "  -i               enter the REPL after the script and -e\n"
@@ -377,7 +394,7 @@ static void print_help(void)
          "continue on the next line, Ctrl-C stops the running command or clears the line,\n"
          "Ctrl-D exits. With stdin not a terminal, normlab runs it as a script (-i reads\n"
          "it as REPL input instead). Scripts get their arguments in the global `arg`.\n",
-         NL_VERSION, progname);
+         NL_VERSION, progname, progname);
 }
 
 /* ---- --version and --list: straight from the C ABI, no Lua involved ---- */

@@ -15,6 +15,7 @@ local compare = require("normlab.compare")
 local enums = require("normlab.enums")
 local ops = require("normlab.ops")
 local settings = require("normlab.settings")
+local sweeps = require("normlab.sweep")
 local tolerance = require("normlab.tolerance")
 local tune = require("normlab.tune")
 local util = require("normlab.util")
@@ -23,7 +24,7 @@ local K = core.constants
 
 local KEYS = {"op", "variants", "M", "N", "dtype", "device", "weight", "bias", "cast", "offset",
   "eps", "reduce", "check", "mode", "outputs", "graph", "batches", "reps", "warmup_ms", "batch_ms",
-  "progress", "seed", "stats", "tolerance"}
+  "progress", "seed", "stats", "tolerance", "shard"}
 
 -- Activations each op and pass reads, the activations it writes, its per-row statistics
 -- (outputs of a forward pass, inputs of a backward one, which takes them from `fwd` run on
@@ -159,6 +160,8 @@ local function parse(spec)
     util.fail("bench: option 'tolerance' must be a function(dtype, output, M, variant) -> atol, rtol")
   end
   p.tolerance = s.tolerance or tolerance
+  p.shard = sweeps.check_shard("bench", s.shard, util.fail)
+  p.spec = s
   return p
 end
 
@@ -355,29 +358,48 @@ local function cell_rows(p, M, N, dt, bufs, rows, progress)
   end
 end
 
+-- The cells of the sweep (dtype, then M, then N) that p.shard holds, all without a shard.
 local function sweep(p)
   local rows = {}
-  local total = #p.dtypes * #p.Ms * #p.Ns * #p.variants
+  local cells = sweeps.cells(p.dtypes, p.Ms, p.Ns)
+  local mine = sweeps.shard_cells(#cells, p.shard)
+  local total = #mine * #p.variants
   local report = reporter(p.progress)
   local function progress(label)
     report(#rows, total, label)
   end
-  for _, dt in ipairs(p.dtypes) do
-    for _, M in ipairs(p.Ms) do
-      for _, N in ipairs(p.Ns) do
-        local bufs = {}
-        local ok, err = pcall(cell_rows, p, M, N, dt, bufs, rows, progress)
-        for _, b in ipairs(bufs) do
-          b:free()
-        end
-        if not ok then
-          error(err, 0)
-        end
-      end
+  for _, k in ipairs(mine) do
+    local c = cells[k]
+    local bufs = {}
+    local ok, err = pcall(cell_rows, p, c.M, c.N, c.dtype, bufs, rows, progress)
+    for _, b in ipairs(bufs) do
+      b:free()
+    end
+    if not ok then
+      error(err, 0)
     end
   end
   report(total, total, "done")
-  return rows
+  return rows, #cells, mine
+end
+
+-- meta.sweep: what makes two runs parts of one sweep (normlab.sweep lists the fields).
+local function identity(p, ncells)
+  local function copy(l)
+    local t = {}
+    for i, v in ipairs(l) do t[i] = v end
+    return t
+  end
+  local s = p.spec
+  return sweeps.rehash({op = p.opname, variants = copy(p.variants), dtypes = copy(p.dtypes),
+    M = copy(p.Ms), N = copy(p.Ns),
+    device = {kind = p.device.kind, model = p.device.info and p.device.info.name or nil},
+    weight = p.weight, bias = p.bias, cast = p.shape.rms and enums.cast.name[p.cast] or nil,
+    offset = p.offset, eps = p.eps, reduce = enums.reduce.name[p.reduce], check = p.check,
+    stats = p.stats, mode = enums.mode.name[p.opts.mode],
+    outputs = p.opts.share_outputs ~= 0 and "shared" or "rotate", graph = (p.opts.graph or 0) ~= 0,
+    batches = s.batches, reps = s.reps, warmup_ms = s.warmup_ms, batch_ms = s.batch_ms,
+    seed = s.seed, version = core.version(), cells = ncells})
 end
 
 return function(spec)
@@ -392,5 +414,10 @@ return function(spec)
     graph = (p.opts.graph or 0) ~= 0, weight = p.weight, bias = p.bias,
     date = os.date("!%Y-%m-%dT%H:%M:%SZ"),
     version = core.version(), binding = core.binding, settings = values}
-  return require("normlab.report").new(sweep(p), meta)
+  local rows, ncells, mine = sweep(p)
+  meta.sweep = identity(p, ncells)
+  if p.shard then
+    meta.shard = {index = p.shard[1], count = p.shard[2], cells = mine}
+  end
+  return require("normlab.report").new(rows, meta)
 end

@@ -10,13 +10,15 @@
 --
 -- Common options: --device, --M and --N (comma lists, "lo..hi" doubles from lo up to hi),
 -- --dtypes, --variants, --weight, --bias, --csv/--json/--markdown/--svg PATH, --mode, --outputs,
--- --graph, --batches, --seed, --no-check, --no-stats. cli.op_options(p, ...) adds --op (and
+-- --graph, --batches, --seed, --no-check, --no-stats, --shard I/N (run only shard I of N of
+-- the sweep's cells; `normlab merge` puts the shards' JSON back together). cli.op_options(p, ...) adds --op (and
 -- --pass) for scripts that run any op. Bad values stop the script with the usage and a
 -- one-line reason (an error object whose message is all that the normlab executable prints:
 -- no traceback).
 -- Shared Lua, 5.1-compatible.
 
 local argparse = require("argparse")
+local sweep = require("normlab.sweep")
 
 local cli = {}
 
@@ -195,6 +197,9 @@ function cli.parser(description, defaults, name)
   p:flag("--no-check", "Skip the check against the fp64 reference.")
   p:flag("--no-stats", "Forward passes write no per-row statistics (rstd, mean), as in "
     .. "inference (torch.compile's forward under no_grad).")
+  p:option("--shard", "Run shard I of N: every Nth cell (dtype, M, N) of the sweep from the "
+    .. "Ith; write each shard's --json and put them together with `normlab merge`.")
+    :argname("<I/N>"):convert(function(s) return sweep.parse_shard(s, "--shard") end)
   p:option("--csv", "Also write the rows as CSV to this file."):argname("<path>")
   p:option("--json", "Also write the result as JSON to this file."):argname("<path>")
   p:option("--markdown", "Also write the table as markdown to this file."):argname("<path>")
@@ -328,6 +333,7 @@ function cli.bench_opts(args, base)
   o.seed = args.seed or o.seed
   if args.check == false then o.check = false end
   if args.stats == false then o.stats = false end
+  o.shard = args.shard or o.shard
   return o
 end
 
@@ -335,14 +341,22 @@ end
 -- asked for, naming each on stderr. A script's speedup pair ({"persistent", "row"}: strategies)
 -- is left out when the result lacks either variant (--variants left it out, or the device has
 -- no such strategy for the op), and names the result's columns when they are full names
--- (--variants rmsnorm.fwd.auto,...). Returns r.
+-- (--variants rmsnorm.fwd.auto,...). The variants are the sweep's (meta.sweep), so that every
+-- shard of a sweep, an empty one too, keeps the same pairs; the pairs kept go into
+-- r.meta.print, so that the JSON written (and `normlab merge` of shards) prints them too.
+-- Returns r.
 function cli.emit(r, args, print_opts)
   local sp = print_opts and print_opts.speedup
   if sp then
     -- the result's variants, by name as asked and by strategy
+    local names = {}
+    local s = type(r.meta) == "table" and r.meta.sweep
+    if type(s) == "table" and type(s.variants) == "table" then
+      for i, v in ipairs(s.variants) do names[i] = tostring(v) end
+    end
+    for _, row in ipairs(r.rows or {}) do names[#names + 1] = tostring(row.variant) end
     local by_name = {}
-    for _, row in ipairs(r.rows or {}) do
-      local v = tostring(row.variant)
+    for _, v in ipairs(names) do
       by_name[v] = v
       local strategy = v:match("([^.]+)$")
       if by_name[strategy] == nil then by_name[strategy] = v end
@@ -357,6 +371,9 @@ function cli.emit(r, args, print_opts)
     for k, v in pairs(print_opts) do o[k] = v end
     o.speedup = #kept > 0 and kept or nil
     print_opts = o
+  end
+  if type(r.meta) == "table" then
+    r.meta.print = print_opts and print_opts.speedup and {speedup = print_opts.speedup} or nil
   end
   r:print(print_opts)
   local function wrote(path) io.stderr:write("wrote ", path, "\n") end

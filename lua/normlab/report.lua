@@ -9,7 +9,11 @@
 -- The wide table has one line per (M, N, dtype) (and op, once results of several ops are
 -- merged), one column per variant holding "GB/s (% of roofline)", "skip: reason" or
 -- "FAIL: what", then one column per speedup pair a/b = time(b) / time(a), so > 1 means a is
--- faster. Pure Lua, 5.1-compatible: it runs under LuaJIT and without the C library.
+-- faster. Without opts.speedup, the pairs in meta.print.speedup (which cli.emit records, so
+-- that a result read back from JSON, or merged from shards, prints the table its run printed)
+-- are used. Pure Lua, 5.1-compatible: it runs under LuaJIT and without the C library.
+
+local sweep = require("normlab.sweep")
 
 local report = {}
 
@@ -205,6 +209,17 @@ local function check_opts(opts)
   return opts
 end
 
+-- opts with the speedup pairs of meta.print when opts has none.
+local function defaults(self, opts)
+  local saved = type(self.meta) == "table" and type(self.meta.print) == "table" and
+    self.meta.print.speedup
+  if opts.speedup ~= nil or not saved then return opts end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.speedup = saved
+  return o
+end
+
 -- time(b) / time(a) for one line, or nil when either cell has no time.
 local function ratio(line, a, b)
   local ra, rb = line.cells[a], line.cells[b]
@@ -272,7 +287,8 @@ end
 -- notes and speedup summaries for below the table. Errors in opts.speedup raise at level 3.
 local function grid(self, opts)
   local lines, variants, nops = layout(self)
-  local sp, err = speedup_pairs(opts.speedup, variants)
+  -- no rows (an empty shard): no variant to check the pairs against, and no column to show
+  local sp, err = speedup_pairs(#lines > 0 and opts.speedup or nil, variants)
   if not sp then error("report: " .. err, 4) end
   local head = {}
   if nops > 1 then head[#head + 1] = "op" end
@@ -386,11 +402,11 @@ end
 
 -- The wide table as plain text with aligned columns.
 function Result:text(opts)
-  return render_text(self, check_opts(opts))
+  return render_text(self, defaults(self, check_opts(opts)))
 end
 
 function Result:print(opts)
-  opts = check_opts(opts)
+  opts = defaults(self, check_opts(opts))
   local text = render_text(self, opts)
   local file = opts.file or io.stdout
   file:write(text)
@@ -429,7 +445,7 @@ local function render_markdown(self, opts)
 end
 
 function Result:markdown(opts)
-  return render_markdown(self, check_opts(opts))
+  return render_markdown(self, defaults(self, check_opts(opts)))
 end
 
 function report.write_file(path, text)
@@ -691,17 +707,69 @@ end
 
 -- A copy whose variants read "<variant>@<suffix>" (or fn(row) -> name), so that two runs of
 -- the same variants (two settings, two devices) can be merged and compared side by side.
+-- meta.sweep's variants are relabelled alike (fn gets {op =, pass =, variant =} for each;
+-- a fn that fails on those drops meta.sweep: the result no longer says which sweep it is).
 function Result:label(suffix)
+  local function name(row)
+    if type(suffix) == "function" then return suffix(row) end
+    return tostring(row.variant) .. "@" .. tostring(suffix)
+  end
   local rows = {}
   for i, row in ipairs(self.rows) do
     rows[i] = copy_row(row)
-    if type(suffix) == "function" then
-      rows[i].variant = suffix(row)
+    rows[i].variant = name(row)
+  end
+  local meta = self.meta
+  if type(meta) == "table" and type(meta.sweep) == "table" then
+    meta = {}
+    for k, v in pairs(self.meta) do meta[k] = v end
+    local s = meta.sweep
+    local op, pass = tostring(s.op):match("^(.-)%.(.*)$")
+    local ok, labels = pcall(function()
+      local l = {}
+      for i, v in ipairs(s.variants or {}) do
+        l[i] = tostring(name({op = op, pass = pass, variant = v}))
+      end
+      return l
+    end)
+    if ok then
+      s = sweep.rehash(s)
+      s.variants = labels
+      meta.sweep = sweep.rehash(s)
     else
-      rows[i].variant = tostring(row.variant) .. "@" .. tostring(suffix)
+      meta.sweep = nil
     end
   end
-  return report.new(rows, self.meta)
+  return report.new(rows, meta)
+end
+
+-- meta.sweep and meta.shard of report.merge's result: runs of one sweep over different
+-- variants (dispatch_sweep's labelled combinations, all on the same shard) make one sweep
+-- whose variants are all of theirs, in order; anything else is no longer one sweep (nil).
+local function merged_sweep(results)
+  local first = results[1].meta or {}
+  if type(first.sweep) ~= "table" then return nil, nil end
+  local function rest(m)
+    local s = {}
+    for k, v in pairs(m.sweep) do s[k] = v end
+    s.variants, s.hash = nil, nil
+    return sweep.canon(s) .. sweep.canon(m.shard)
+  end
+  local want = rest(first)
+  local variants, seen = {}, {}
+  for _, r in ipairs(results) do
+    local m = r.meta or {}
+    if type(m.sweep) ~= "table" or rest(m) ~= want then return nil, nil end
+    for _, v in ipairs(m.sweep.variants or {}) do
+      if not seen[v] then
+        seen[v] = true
+        variants[#variants + 1] = v
+      end
+    end
+  end
+  local s = sweep.rehash(first.sweep)
+  s.variants = variants
+  return sweep.rehash(s), first.shard
 end
 
 -- One Result with the rows of all; meta is the first's, with meta.sources listing every
@@ -731,6 +799,7 @@ function report.merge(...)
   local meta = {}
   for k, v in pairs(results[1].meta or {}) do meta[k] = v end
   meta.sources = sources
+  meta.sweep, meta.shard = merged_sweep(results)
   return report.new(rows, meta)
 end
 
