@@ -14,6 +14,7 @@
 local nl = require("normlab")
 local cli = require("normlab.cli")
 local report = require("normlab.report")
+local settings = require("normlab.settings")
 
 local p = cli.parser("Sweep runtime settings; one column per combination.",
   {M = "4096", N = "1024..16384", dtypes = "bf16", variants = "auto", weight = "x"})
@@ -67,19 +68,10 @@ end
 local dev = nl.device(args.device)
 local results, runs = {}, {}
 for i, combo in ipairs(combos) do
-  local saved = {}
-  for _, kv in ipairs(combo) do
-    saved[#saved + 1] = {kv[1], nl.get(kv[1])}
-    nl.set(kv[1], kv[2])
-  end
   io.stderr:write(string.format("[combination %d/%d] %s\n", i, #combos, label(combo)))
-  local ok, r = pcall(nl.bench, cli.bench_opts(args, {device = dev}))
-  for _, kv in ipairs(saved) do
-    nl.set(kv[1], kv[2])
-  end
-  if not ok then
-    error(r, 0)
-  end
+  -- the combination in force for this run only; settings the user had not set go back to
+  -- the GPU model's defaults afterwards
+  local r = settings.with(combo, nl.bench, cli.bench_opts(args, {device = dev}))
   -- a combination given twice (A/B rounds: --set k=0,1,0,1) gets its round in the label
   local name = label(combo)
   runs[name] = (runs[name] or 0) + 1
