@@ -200,6 +200,10 @@ function cli.parser(description, defaults, name)
   p:option("--shard", "Run shard I of N: every Nth cell (dtype, M, N) of the sweep from the "
     .. "Ith; write each shard's --json and put them together with `normlab merge`.")
     :argname("<I/N>"):convert(function(s) return sweep.parse_shard(s, "--shard") end)
+  p:option("--devices", "Run on several devices at once: one worker process per device "
+    .. "(cpu, cuda:N, comma list; a device may repeat) or all (every CUDA device, else cpu), "
+    .. "each a --shard of the sweep; the results merge into the unsharded table.")
+    :argname("<list>")
   p:option("--csv", "Also write the rows as CSV to this file."):argname("<path>")
   p:option("--json", "Also write the result as JSON to this file."):argname("<path>")
   p:option("--markdown", "Also write the table as markdown to this file."):argname("<path>")
@@ -303,6 +307,33 @@ function cli.parse(parser, argv, opts)
     if why then
       error(cli.usage_error(format("%s\n\nError: %s", parser:get_usage(), why)))
     end
+  end
+  if args.devices then
+    local devices = require("normlab.devices")
+    local why
+    if os.getenv(devices.WORKER_ENV) then
+      why = "--devices in a --devices worker"
+    elseif args.shard then
+      why = "--devices runs every shard itself: give --devices or --shard, not both"
+    elseif args.device then
+      why = "--devices names the devices: give --devices or --device, not both"
+    end
+    if why then error(cli.usage_error(format("%s\n\nError: %s", parser:get_usage(), why))) end
+    local list, err = devices.parse(args.devices)
+    if not list then error(cli.usage_error(format("%s\n\nError: %s", parser:get_usage(), err))) end
+    if opts.on_devices then return opts.on_devices(args, argv) end
+    -- the interpreter, its options and the script from the global arg; the arguments parsed
+    local g, a = rawget(_G, "arg") or {}, {}
+    local lo = 0
+    while g[lo - 1] ~= nil do lo = lo - 1 end
+    for i = lo, 0 do a[i] = g[i] end
+    for i = 1, #argv do a[i] = argv[i] end
+    os.exit(devices.main(args, a), true)
+  end
+  local kill = os.getenv("NORMLAB_DEVICES_TEST_KILL")
+  if kill and args.shard and os.getenv("NORMLAB_DEVICES_WORKER") and tonumber(kill) == args.shard[1] then
+    io.stderr:write("test hook: worker ", kill, " exits 9\n")
+    os.exit(9)
   end
   args.check = not args.no_check
   args.no_check = nil

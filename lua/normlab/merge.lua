@@ -130,8 +130,9 @@ function M.merge(spec)
     fail("expected a list of inputs (paths, JSON texts or Results), got %s", type(spec))
   end
   for k in pairs(spec) do
-    if not (type(k) == "number" and k >= 1 and k <= #spec and k == floor(k)) and k ~= "speedup" then
-      fail("unknown option %s (expected the inputs as a list, and speedup)", util.show(k))
+    if not (type(k) == "number" and k >= 1 and k <= #spec and k == floor(k)) and k ~= "speedup"
+        and k ~= "partial" then
+      fail("unknown option %s (expected the inputs as a list, speedup and partial)", util.show(k))
     end
   end
   if #spec == 0 then fail("no inputs") end
@@ -221,11 +222,18 @@ function M.merge(spec)
       slot[key] = {row = row, inp = inp}
     end
   end
-  local missing = {}
-  for k, c in ipairs(cells) do
-    if not owner[k] then missing[#missing + 1] = cell_name(c) end
+  local partial = spec.partial
+  if partial ~= nil and partial ~= false and type(partial) ~= "table" and partial ~= true then
+    fail("partial must be true, false or {[shard index] = reason}, got %s", type(partial))
   end
-  if #missing > 0 then
+  local missing, lost = {}, {}
+  for k, c in ipairs(cells) do
+    if not owner[k] then
+      missing[#missing + 1] = cell_name(c)
+      lost[k] = true
+    end
+  end
+  if #missing > 0 and not partial then
     local absent = {}
     for i = 1, count do
       if not shard_by_index[i] then absent[#absent + 1] = format("%d/%d", i, count) end
@@ -234,9 +242,28 @@ function M.merge(spec)
       #absent > 0 and ("shard " .. concat(absent, ", ") .. " not given") or "no shard lists them",
       concat(missing, ", ", 1, math.min(#missing, 8)), #missing > 8 and ", ..." or "")
   end
+  -- partial: each variant of a lost cell becomes a failed row, its reason the shard's
+  local why = type(partial) == "table" and partial or {}
+  local sop, spass = tostring(s.op or ""):match("^(.-)%.([^.]+)$")
   local rows = {}
+  local lost_by_shard = {}
   for k, c in ipairs(cells) do
-    for j, v in ipairs(s.variants) do
+    if lost[k] then
+      local index = (k - 1) % count + 1
+      local reason = why[index] and tostring(why[index]) or
+        format("no input holds this cell (shard %d/%d not given)", index, count)
+      local l = lost_by_shard[index]
+      if not l then
+        l = {shard = format("%d/%d", index, count), reason = reason, cells = {}}
+        lost_by_shard[index] = l
+      end
+      l.cells[#l.cells + 1] = k
+      for _, v in ipairs(s.variants) do
+        rows[#rows + 1] = {op = sop or s.op, pass = spass, variant = v, M = c.M, N = c.N,
+          dtype = c.dtype, status = "fail", reason = reason, lost = true}
+      end
+    end
+    for j, v in ipairs(lost[k] and {} or s.variants) do
       local got = slot[(k - 1) * #s.variants + j]
       if not got then
         fail("%s (shard %s) lacks the row of %s at %s", owner[k].name, owner[k].label,
@@ -272,6 +299,13 @@ function M.merge(spec)
     if meta.print == nil and m.print ~= nil then meta.print = m.print end
   end
   if ndevices > 1 then meta.sources = sources end
+  meta.lost = nil
+  for i = 1, count do
+    if lost_by_shard[i] then
+      meta.lost = meta.lost or {}
+      meta.lost[#meta.lost + 1] = lost_by_shard[i]
+    end
+  end
   if spec.speedup ~= nil then meta.print = {speedup = spec.speedup} end
   return report.new(rows, meta)
 end
