@@ -28,7 +28,7 @@ p:option("--set", "key=v1,v2,...: a setting and the values to try (repeatable)."
 p:option("--budget", "Seconds after which no new candidate starts."):convert(tonumber)
 p:option("--cache", "The cache file (*.json) or directory for this run.")
 p:flag("--dry-run", "Time and print, but write no cache.")
-local args = cli.parse(p)
+local args = cli.parse(p, nil, {devices = false})
 
 local axes = {}
 for _, spec in ipairs(args.set) do

@@ -284,6 +284,11 @@ end
 -- op, pass, opname with cli.op_options). A bad command line raises
 -- cli.usage_error; -h prints the help and calls opts.on_help(text) when given, else ends the
 -- script with os.exit(0, true) (closing the state first, so device buffers are released).
+-- --devices <list> (normlab.devices) is handled here: the parser's process becomes the parent
+-- of one worker per device, prints and writes the merged result and exits (status 1 when a
+-- worker was lost), so the script's own code after cli.parse runs in the workers only;
+-- opts.devices = false refuses --devices (tune.lua), opts.on_devices(args, argv) replaces
+-- the parent's run.
 function cli.parse(parser, argv, opts)
   opts = opts or {}
   if argv == nil then
@@ -311,7 +316,9 @@ function cli.parse(parser, argv, opts)
   if args.devices then
     local devices = require("normlab.devices")
     local why
-    if os.getenv(devices.WORKER_ENV) then
+    if opts.devices == false then
+      why = "--devices: this script's result is not a sweep's; it cannot run in workers"
+    elseif os.getenv(devices.WORKER_ENV) then
       why = "--devices in a --devices worker"
     elseif args.shard then
       why = "--devices runs every shard itself: give --devices or --shard, not both"

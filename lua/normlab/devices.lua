@@ -107,8 +107,14 @@ function M.worker_argv(a, device, k, n, json)
   return out
 end
 
+-- Through io.popen, not os.execute: system() ignores SIGINT in the caller while it waits, so
+-- a SIGINT sent to the parent alone would be lost during the sleep.
 local function sleep(s)
-  os.execute("sleep " .. s)
+  local p = io.popen("sleep " .. s)
+  if p then
+    p:read("*a")
+    p:close()
+  end
 end
 
 local function tail(text, n)

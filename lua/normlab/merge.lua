@@ -14,7 +14,10 @@
 -- unsharded run's order (cell by cell, variants in the sweep's order); the merged meta is
 -- the first input's without meta.shard, plus meta.merged = {{name, shard = "I/N", device,
 -- roofline_gbps, date, binding}, ...} and, when the shards ran on different devices,
--- meta.sources (the header lists each) and each row's device. Pure Lua.
+-- meta.sources (the header lists each) and each row's device. partial = true or
+-- {[shard index] = reason} accepts missing cells: each variant of each becomes a failed row
+-- (status "fail", the shard's reason, lost = true) and meta.lost lists them by shard
+-- (normlab.devices, for a worker that died). Pure Lua.
 local report = require("normlab.report")
 local sweep = require("normlab.sweep")
 local util = require("normlab.util")
