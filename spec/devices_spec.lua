@@ -174,4 +174,41 @@ describe("--devices", function()
     assert.truthy(err:find("'tpu' is not cpu", 1, true), err)
     assert.falsy(err:find("traceback", 1, true), err)
   end)
+  it("passes a SIGINT sent to the parent alone on to its workers, and waits for them", function()
+    local errf, pidf = os.tmpname(), os.tmpname()
+    local slow = "nl = require('normlab') nl.set('bench.warmup_ms', 50) nl.set('bench.batch_ms', 50)"
+    -- a seed no other run uses, to find the workers in ps
+    local seed = tostring(400000 + os.time() % 100000)
+    os.execute(q(EXE) .. " -e " .. q(slow) .. " experiments/bwd_sweep.lua --devices cpu,cpu " ..
+      "--M 4 --N 8..4096 --dtypes fp32,bf16 --seed " .. seed .. " </dev/null >/dev/null 2>" ..
+      q(errf) .. " & echo $! >" .. q(pidf))
+    local pid = read_file(pidf):match("%d+")
+    local function workers()
+      -- the workers' command lines start with the executable (not sh, not grep)
+      -- (ps without the sanitizer runtime that test-asan preloads: it hangs there)
+      local p = io.popen("LD_PRELOAD= ps -ww -eo args | grep -c -- '^[^ ]*normlab .*--seed " .. seed ..
+        " --device cpu'")
+      local n = tonumber(p:read("*a"):match("%d+")) or 0
+      p:close()
+      return n
+    end
+    local function alive()
+      return os.execute("kill -0 " .. pid .. " 2>/dev/null")
+    end
+    local function wait_until(cond)
+      for _ = 1, 100 do
+        if cond() then return true end
+        os.execute("sleep 0.1")
+      end
+      return false
+    end
+    assert.is_true(wait_until(function() return workers() == 2 end), read_file(errf))
+    os.execute("kill -INT " .. pid)
+    -- os.execute's status is true (5.4) or 0 (LuaJIT) while the parent lives
+    assert.is_true(wait_until(function() local a = alive(); return not (a == true or a == 0) end))
+    assert.are.equal(0, workers())
+    assert.truthy(read_file(errf):find("interrupted", 1, true), read_file(errf))
+    os.remove(errf)
+    os.remove(pidf)
+  end)
 end)

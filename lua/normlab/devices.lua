@@ -121,7 +121,10 @@ local function tail(text, n)
   text = (text or ""):gsub("\r", "\n")
   local lines = {}
   for line in text:gmatch("[^\n]+") do
-    if not line:match("^%[%d+/%d+%]") then lines[#lines + 1] = line end
+    -- progress lines and traceback frames say nothing of why
+    if not (line:match("^%[%d+/%d+%]") or line:match("^%s") or line == "stack traceback:") then
+      lines[#lines + 1] = line
+    end
   end
   local from = math.max(1, #lines - n + 1)
   return concat(lines, "\n", from, #lines)
