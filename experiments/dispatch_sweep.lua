@@ -19,28 +19,11 @@ local settings = require("normlab.settings")
 local p = cli.parser("Sweep runtime settings; one column per combination.",
   {M = "4096", N = "1024..16384", dtypes = "bf16", variants = "auto", weight = "x"})
 cli.op_options(p, {pass = "bwd", choose = true})
-p:option("--set", "key=v1,v2,...: a setting and the values to try (repeatable).")
-  :count("*"):argname("<key=values>")
+cli.set_option(p)
 local args = cli.parse(p)
 
 -- Axes of the sweep, checked against the context's settings before anything runs.
-local axes = {}
-for _, spec in ipairs(args.set) do
-  local key, list = spec:match("^([%w_.]+)=(.+)$")
-  if not key then
-    error(cli.usage_error("--set: expected key=v1,v2,... got '" .. spec .. "'"))
-  end
-  nl.get(key)
-  local values = {}
-  for item in list:gmatch("[^,]+") do
-    local v = tonumber(item)
-    if not v then
-      error(cli.usage_error("--set " .. key .. ": '" .. item .. "' is not a number"))
-    end
-    values[#values + 1] = v
-  end
-  axes[#axes + 1] = {key = key, values = values}
-end
+local axes = cli.set_axes(args.set, nl.get)
 
 -- The cartesian product, in command-line order.
 local combos = {{}}

@@ -23,29 +23,16 @@ local cli = require("normlab.cli")
 local p = cli.parser("Tune `auto`: time every candidate per shape bucket, keep the winners.",
   {M = "4096", N = "1024..16384", dtypes = "bf16", weight = "x"})
 cli.op_options(p, {pass = "fwd", choose = true})
-p:option("--set", "key=v1,v2,...: a setting and the values to try (repeatable).")
-  :count("*"):argname("<key=values>")
+cli.set_option(p)
 p:option("--budget", "Seconds after which no new candidate starts."):convert(tonumber)
 p:option("--cache", "The cache file (*.json) or directory for this run.")
 p:flag("--dry-run", "Time and print, but write no cache.")
 local args = cli.parse(p, nil, {devices = false})
 
+-- nl.tune takes the axes as a map, key -> values
 local axes = {}
-for _, spec in ipairs(args.set) do
-  local key, list = spec:match("^([%w_.]+)=(.+)$")
-  if not key then
-    error(cli.usage_error("--set: expected key=v1,v2,... got '" .. spec .. "'"))
-  end
-  nl.get(key)
-  local values = {}
-  for item in list:gmatch("[^,]+") do
-    local v = tonumber(item)
-    if not v then
-      error(cli.usage_error("--set " .. key .. ": '" .. item .. "' is not a number"))
-    end
-    values[#values + 1] = v
-  end
-  axes[key] = values
+for _, axis in ipairs(cli.set_axes(args.set, nl.get)) do
+  axes[axis.key] = axis.values
 end
 if args.budget ~= nil and not (args.budget > 0) then
   error(cli.usage_error("--budget: expected seconds > 0"))

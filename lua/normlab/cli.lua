@@ -232,6 +232,38 @@ local function op_spec(s, what)
   return s
 end
 
+-- Adds --set key=v1,v2,... (repeatable) to a parser, the settings axes of a sweep; cli.set_axes
+-- reads them after cli.parse. Returns p.
+function cli.set_option(p)
+  p:option("--set", "key=v1,v2,...: a setting and the values to try (repeatable).")
+    :count("*"):argname("<key=values>")
+  return p
+end
+
+-- The --set values (args.set) as a list of axes {key = k, values = {numbers}} in command-line
+-- order; check(key) is called for each key (nl.get: an unknown key fails, naming close ones).
+-- A malformed one raises a usage error.
+function cli.set_axes(list, check)
+  local axes = {}
+  for _, spec in ipairs(list or {}) do
+    local key, values = spec:match("^([%w_.]+)=(.+)$")
+    if not key then
+      error(cli.usage_error("--set: expected key=v1,v2,... got '" .. spec .. "'"))
+    end
+    check(key)
+    local axis = {key = key, values = {}}
+    for item in values:gmatch("[^,]+") do
+      local v = tonumber(item)
+      if not v then
+        error(cli.usage_error("--set " .. key .. ": '" .. item .. "' is not a number"))
+      end
+      axis.values[#axis.values + 1] = v
+    end
+    axes[#axes + 1] = axis
+  end
+  return axes
+end
+
 -- Adds --op to a parser from cli.parser: rmsnorm, layernorm or add_rmsnorm (default
 -- opts.op, else rmsnorm), also written <op>.<pass>. opts.pass is the script's pass; with
 -- opts.choose the script runs either and also gets --pass fwd|bwd (default opts.pass), which

@@ -303,10 +303,7 @@ local function combinations(axes)
         if type(v) ~= "number" then
           util.failf("tune: settings[%s] must hold numbers, got %s", k, util.show(v))
         end
-        local n = {}
-        for kk, vv in pairs(c) do
-          n[kk] = vv
-        end
+        local n = util.copy(c)
         n[k] = v
         grown[#grown + 1] = n
       end
