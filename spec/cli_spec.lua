@@ -3,48 +3,12 @@
 -- The executable: $NORMLAB_EXE, default $NORMLAB_BUILD/normlab (build/normlab), as .busted
 -- finds the library (specs run from the repository root).
 
-local BUILD = os.getenv("NORMLAB_BUILD")
-local EXE = os.getenv("NORMLAB_EXE") or ((BUILD and BUILD ~= "" and BUILD or "build") .. "/normlab")
+local helper = require("spec.helper")
+local read_file, write_file = helper.read_file, helper.write_file
 
-local function q(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function write_file(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
-
-local function read_file(path)
-  local f = io.open(path, "r")
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
--- Runs the executable with a shell-quoted argument list; stdin from the given text (default:
--- empty). Returns exit status, stdout, stderr. The status comes through the shell because
--- io.popen's close reports none under LuaJIT.
+-- The executable (helper.run) with stdin from the given text (default: empty).
 local function run(args, stdin)
-  local f = io.open(EXE, "r")
-  if not f then error(EXE .. " not found: build first (cmake --build build) or set NORMLAB_EXE", 2) end
-  f:close()
-  local quoted = {}
-  for i, a in ipairs(args) do quoted[i] = q(a) end
-  local errf, inf = os.tmpname(), os.tmpname()
-  write_file(inf, stdin or "")
-  local p = io.popen(q(EXE) .. " " .. table.concat(quoted, " ") .. " <" .. q(inf) .. " 2>" ..
-    q(errf) .. "; echo \"__rc=$?\"")
-  local out = p:read("*a")
-  p:close()
-  local err = read_file(errf)
-  os.remove(errf)
-  os.remove(inf)
-  local rc = tonumber(out:match("__rc=(%d+)%s*$"))
-  out = out:gsub("__rc=%d+%s*$", "")
-  return rc, out, err
+  return helper.run(args, {stdin = stdin})
 end
 
 local function script(text)
@@ -433,28 +397,14 @@ end)
 -- goes through the executable.
 describe("experiment scripts", function()
   local nl = require("normlab")
-  local helper = require("spec.helper")
   local unpack_ = table.unpack or unpack
 
-  -- Runs the script with the common tiny-shape options before args. Returns ok, stdout and
-  -- the error.
+  -- Runs the script (helper.run_script) with the common tiny-shape options before args.
+  -- Returns ok, stdout and the error.
   local function sweep(path, args)
     local argv = {"--device", "cpu", "--M", "4", "--N", "8,16", "--dtypes", "fp32",
       "--batches", "1", unpack_(args)}
-    argv[0] = path
-    local chunk = assert(loadfile(path))
-    local out_path = os.tmpname()
-    local out = assert(io.open(out_path, "w"))
-    local saved_arg, saved_out, saved_err = rawget(_G, "arg"), io.stdout, io.stderr
-    _G.arg, io.stdout, io.stderr = argv, out, assert(io.open("/dev/null", "w"))
-    local ok, err = pcall(helper.with_settings, {["bench.warmup_ms"] = 1, ["bench.batch_ms"] = 1},
-      function() chunk(unpack_(argv)) end)
-    io.stderr:close()
-    _G.arg, io.stdout, io.stderr = saved_arg, saved_out, saved_err
-    out:close()
-    local text = read_file(out_path)
-    os.remove(out_path)
-    return ok, text, err
+    return helper.run_script(path, argv, {["bench.warmup_ms"] = 1, ["bench.batch_ms"] = 1})
   end
 
   -- The header line of the table: the column names.

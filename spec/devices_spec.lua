@@ -7,50 +7,13 @@ local helper = require("spec.helper")
 local report = require("normlab.report")
 local devices = require("normlab.devices")
 
-local BUILD = os.getenv("NORMLAB_BUILD")
-local EXE = os.getenv("NORMLAB_EXE") or ((BUILD and BUILD ~= "" and BUILD or "build") .. "/normlab")
+local EXE, q, read_file, untimed = helper.EXE, helper.quote, helper.read_file, helper.untimed
 local FAST = {["bench.warmup_ms"] = 1, ["bench.batch_ms"] = 1}
-local TIMING = {ms = true, min_ms = true, max_ms = true, gbps = true, extra_gbps = true, pct = true}
 local unpack_ = table.unpack or unpack
 
-local function untimed(rows)
-  local out = {}
-  for i, row in ipairs(rows) do
-    local t = {}
-    for k, v in pairs(row) do
-      if not TIMING[k] then t[k] = v end
-    end
-    out[i] = t
-  end
-  return out
-end
-
-local function q(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function read_file(path)
-  local f = io.open(path, "r")
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
--- The executable with shell-quoted arguments (env: "NAME=value" prefix or nil): status,
--- stdout, stderr.
+-- The executable (helper.run), env a "NAME=value" prefix or nil: status, stdout, stderr.
 local function run(args, env)
-  local quoted = {}
-  for i, a in ipairs(args) do quoted[i] = q(a) end
-  local errf = os.tmpname()
-  local p = io.popen((env and (env .. " ") or "") .. q(EXE) .. " " .. table.concat(quoted, " ") ..
-    " </dev/null 2>" .. q(errf) .. "; echo \"__rc=$?\"")
-  local out = p:read("*a")
-  p:close()
-  local err = read_file(errf)
-  os.remove(errf)
-  local rc = tonumber(out:match("__rc=(%d+)%s*$"))
-  return rc, (out:gsub("__rc=%d+%s*$", "")), err
+  return helper.run(args, {env = env})
 end
 
 local FASTE = "nl = require('normlab') nl.set('bench.warmup_ms', 1) nl.set('bench.batch_ms', 1)"

@@ -24,9 +24,21 @@
 --   helper.with_settings({key = value, ...}, fn)   fn() with those settings, restored after
 --                                     it whether it fails or not; a failure is re-raised
 --                                     prefixed with the settings ("with cpu.threads = 3: ...").
+--   helper.EXE                        the normlab executable: $NORMLAB_EXE, default
+--                                     $NORMLAB_BUILD/normlab (build/normlab), as .busted finds
+--                                     the library (specs run from the repository root).
+--   helper.run(args [, {stdin =, env =}])  the executable with shell-quoted arguments, stdin
+--                                     from the text given (default empty), env a "NAME=value"
+--                                     prefix: exit status, stdout, stderr.
+--   helper.run_script(path, argv [, settings])  a script run in this process (so under this
+--                                     binding), argv its arg table, stdout captured, stderr
+--                                     dropped, with settings in force: ok, stdout, error.
+--   helper.quote(s), helper.read_file(path) ("" when absent), helper.write_file(path, text)
+--   helper.untimed(rows)              bench rows without the fields a second run measures anew.
 local assert = require("luassert")
 local say = require("say")
 local nl = require("normlab")
+local nl_settings = require("normlab.settings")
 
 local helper = {}
 
@@ -65,16 +77,20 @@ function helper.keeper(after_each)
 end
 
 function helper.with_settings(settings, fn)
-  local keys, saved = {}, {}
-  for k, v in pairs(settings) do
+  local keys = {}
+  for k in pairs(settings) do
     keys[#keys + 1] = k
-    saved[k] = nl.get(k)
-    nl.set(k, v)
   end
-  local ok, err = pcall(fn)
-  for k, v in pairs(saved) do
-    nl.set(k, v)
-  end
+  -- restored as normlab.settings.with does: a setting the user had not set goes back to "not
+  -- set", keeping the GPU model's default
+  local saved = nl_settings.save(keys)
+  local ok, err = pcall(function()
+    for _, k in ipairs(keys) do
+      nl.set(k, settings[k])
+    end
+    fn()
+  end)
+  nl_settings.restore(saved)
   if not ok then
     table.sort(keys)
     for i, k in ipairs(keys) do
@@ -146,5 +162,81 @@ say:set("assertion.allclose.positive", "Expected buffers to be close:\n%s")
 say:set("assertion.allclose.negative", "Expected buffers to differ:\n%s")
 assert:register("assertion", "allclose", allclose, "assertion.allclose.positive",
   "assertion.allclose.negative")
+
+helper.EXE = os.getenv("NORMLAB_EXE") or
+  ((os.getenv("NORMLAB_BUILD") or "") ~= "" and os.getenv("NORMLAB_BUILD") or "build") .. "/normlab"
+
+function helper.quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+function helper.read_file(path)
+  local f = io.open(path, "r")
+  if not f then return "" end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+function helper.write_file(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+-- The status comes through the shell because io.popen's close reports none under LuaJIT.
+function helper.run(args, opts)
+  opts = opts or {}
+  local q = helper.quote
+  local f = io.open(helper.EXE, "r")
+  if not f then
+    error(helper.EXE .. " not found: build first (cmake --build build) or set NORMLAB_EXE", 2)
+  end
+  f:close()
+  local quoted = {}
+  for i, a in ipairs(args) do quoted[i] = q(a) end
+  local errf, inf = os.tmpname(), os.tmpname()
+  helper.write_file(inf, opts.stdin or "")
+  local p = io.popen((opts.env and (opts.env .. " ") or "") .. q(helper.EXE) .. " " ..
+    table.concat(quoted, " ") .. " <" .. q(inf) .. " 2>" .. q(errf) .. "; echo \"__rc=$?\"")
+  local out = p:read("*a")
+  p:close()
+  local err = helper.read_file(errf)
+  os.remove(errf)
+  os.remove(inf)
+  local rc = tonumber(out:match("__rc=(%d+)%s*$"))
+  return rc, (out:gsub("__rc=%d+%s*$", "")), err
+end
+
+function helper.run_script(path, argv, settings)
+  local unpack_ = table.unpack or unpack
+  argv[0] = path
+  local chunk = assert(loadfile(path))
+  local out_path = os.tmpname()
+  local out = assert(io.open(out_path, "w"))
+  local saved_arg, saved_out, saved_err = rawget(_G, "arg"), io.stdout, io.stderr
+  _G.arg, io.stdout, io.stderr = argv, out, assert(io.open("/dev/null", "w"))
+  local ok, err = pcall(helper.with_settings, settings or {}, function() chunk(unpack_(argv)) end)
+  io.stderr:close()
+  _G.arg, io.stdout, io.stderr = saved_arg, saved_out, saved_err
+  out:close()
+  local text = helper.read_file(out_path)
+  os.remove(out_path)
+  return ok, text, err
+end
+
+local TIMING = {ms = true, min_ms = true, max_ms = true, gbps = true, extra_gbps = true, pct = true}
+
+function helper.untimed(rows)
+  local out = {}
+  for i, row in ipairs(rows) do
+    local t = {}
+    for k, v in pairs(row) do
+      if not TIMING[k] then t[k] = v end
+    end
+    out[i] = t
+  end
+  return out
+end
 
 return helper

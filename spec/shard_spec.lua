@@ -8,12 +8,7 @@ local helper = require("spec.helper")
 local report = require("normlab.report")
 local sweep = require("normlab.sweep")
 
-local BUILD = os.getenv("NORMLAB_BUILD")
-local EXE = os.getenv("NORMLAB_EXE") or ((BUILD and BUILD ~= "" and BUILD or "build") .. "/normlab")
 local FAST = {["bench.warmup_ms"] = 1, ["bench.batch_ms"] = 1}
-
--- Fields of a row that a second run measures anew.
-local TIMING = {ms = true, min_ms = true, max_ms = true, gbps = true, extra_gbps = true, pct = true}
 
 -- 2 dtypes x 3 sizes = 6 cells.
 local BASE = {op = "rmsnorm.bwd", variants = {"row", "persistent"}, M = 4, N = {8, 16, 32},
@@ -28,50 +23,7 @@ local function bench(extra)
   return r
 end
 
-local function untimed(rows)
-  local out = {}
-  for i, row in ipairs(rows) do
-    local t = {}
-    for k, v in pairs(row) do
-      if not TIMING[k] then t[k] = v end
-    end
-    out[i] = t
-  end
-  return out
-end
-
-local function q(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function read_file(path)
-  local f = io.open(path, "r")
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function write_file(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
-
--- The executable with shell-quoted arguments: status, stdout, stderr.
-local function run(args)
-  local quoted = {}
-  for i, a in ipairs(args) do quoted[i] = q(a) end
-  local errf = os.tmpname()
-  local p = io.popen(q(EXE) .. " " .. table.concat(quoted, " ") .. " </dev/null 2>" .. q(errf) ..
-    "; echo \"__rc=$?\"")
-  local out = p:read("*a")
-  p:close()
-  local err = read_file(errf)
-  os.remove(errf)
-  local rc = tonumber(out:match("__rc=(%d+)%s*$"))
-  return rc, (out:gsub("__rc=%d+%s*$", "")), err
-end
+local untimed, read_file, run = helper.untimed, helper.read_file, helper.run
 
 -- The table's column names and its lines' keys (M N dtype) with the cells' statuses: what
 -- the unsharded run and the merge must print alike (the numbers are timings).
@@ -295,19 +247,7 @@ describe("normlab merge", function()
   local function in_process(path, args)
     local argv = {"--device", "cpu", unpack_(COMMON)}
     for _, a in ipairs(args) do argv[#argv + 1] = a end
-    argv[0] = path
-    local chunk = assert(loadfile(path))
-    local out_path = os.tmpname()
-    local out = assert(io.open(out_path, "w"))
-    local saved_arg, saved_out, saved_err = rawget(_G, "arg"), io.stdout, io.stderr
-    _G.arg, io.stdout, io.stderr = argv, out, assert(io.open("/dev/null", "w"))
-    local ok, err = pcall(helper.with_settings, FAST, function() chunk(unpack_(argv)) end)
-    io.stderr:close()
-    _G.arg, io.stdout, io.stderr = saved_arg, saved_out, saved_err
-    out:close()
-    local text = read_file(out_path)
-    os.remove(out_path)
-    return ok, text, err
+    return helper.run_script(path, argv, FAST)
   end
 
   it("an empty shard prints no rows and keeps the script's speedup pairs", function()
