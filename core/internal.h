@@ -32,9 +32,6 @@ typedef struct nl_knobs {
   struct {
     int64_t blockrow_max_n, partials_min_m, persistent_min_m, fp32_partials_max_n;
   } rms_bwd;
-  struct {
-    int64_t blockrow_max_n; /* LayerNorm's twin of rms_fwd's, where its best value differs */
-  } ln_fwd;
   /* the kernels' tuning, copied into nlk_norm */
   nlk_fwd_tune fwd;
   nlk_bwd_tune bwd;

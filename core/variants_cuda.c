@@ -18,15 +18,13 @@ const nlk_strategy *const nl__cuda_kernels[] = {nlk_cuda_fwd, nlk_cuda_bwd, NULL
 #define ATOMIC NL_RED(NL_REDUCE_ATOMIC)
 #define TEMP NL_RED(NL_REDUCE_TEMP)
 
-/* auto forward: blockrow up to blockrow_max_n columns (LayerNorm: its layernorm.* twin) and
+/* auto forward: blockrow up to blockrow_max_n columns and
  * blockrow_max_m rows (when a warp holds the row), then persistent from persistent_min_m rows and persistent_min_n columns,
  * row otherwise. staged is not picked: it led row only marginally and on one GPU
  * (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
-  const int64_t blockrow_max_n =
-      k->op == NLK_LAYERNORM ? kn->ln_fwd.blockrow_max_n : kn->rms_fwd.blockrow_max_n;
-  if (k->M <= kn->rms_fwd.blockrow_max_m && k->N <= blockrow_max_n &&
+  if (k->M <= kn->rms_fwd.blockrow_max_m && k->N <= kn->rms_fwd.blockrow_max_n &&
       nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
     return "blockrow";
   if (k->M >= kn->rms_fwd.persistent_min_m && k->N >= kn->rms_fwd.persistent_min_n)
@@ -79,8 +77,7 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
   FWD(O, OP, "staged", NULL, "one CTA per row, the row copied to shared memory through "          \
       "cp.async (no packs held in registers: many rows per SM in flight), "                       \
       "rmsnorm.fwd.staged_items packs per thread", ST_LIMITS),                                    \
-  FWD(O, OP, "auto", auto_fwd, "blockrow for N <= rmsnorm.fwd.blockrow_max_n (layernorm: "        \
-      "layernorm.fwd.blockrow_max_n), persistent from "                                           \
+  FWD(O, OP, "auto", auto_fwd, "blockrow for N <= rmsnorm.fwd.blockrow_max_n, persistent from "  \
       "rmsnorm.fwd.persistent_min_m rows and rmsnorm.fwd.persistent_min_n columns, row "          \
       "otherwise", AUTO_LIMITS),                                                                  \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \

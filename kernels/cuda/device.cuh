@@ -264,12 +264,30 @@ __device__ __forceinline__ void unpack(const Pack<T, VEC> &p, float (&f)[VEC])
   }
 }
 
-/* The VEC weights of pack v as fp32 (offset added; `absent` when there is no weight: 1 for a
- * weight, 0 for a bias), in 16-byte loads through the read-only path: every row re-reads the
- * same columns, so they stay in L1. */
+/* A pack from fp32, each value rounded to nearest even: 16-bit pairs in one packed conversion
+ * (element by element, each takes a conversion and a merge into the 32-bit word). */
 template <typename T, int VEC>
-__device__ __forceinline__ void load_w(const void *w, int wf32, float offset, int v, float (&out)[VEC],
-                                       float absent = 1.f)
+__device__ __forceinline__ Pack<T, VEC> pack_of(const float (&f)[VEC])
+{
+  Pack<T, VEC> p;
+  if constexpr (Pair<T>::ok && VEC % 2 == 0) {
+    using V = typename Pair<T>::V;
+#pragma unroll
+    for (int k = 0; k < VEC / 2; k++)
+      reinterpret_cast<V *>(p.v)[k] = Pair<T>::make(f[2 * k], f[2 * k + 1]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      p.v[j] = from_f<T>(f[j]);
+  }
+  return p;
+}
+
+/* The VEC weights of pack v as fp32 (`absent` when there is no weight: 1 for a weight, 0 for
+ * a bias), in 16-byte loads through the read-only path: every row re-reads the same columns,
+ * so they stay in L1. */
+template <typename T, int VEC>
+__device__ __forceinline__ void load_w_raw(const void *w, int wf32, int v, float (&out)[VEC], float absent)
 {
   if (!w) {
 #pragma unroll
@@ -279,16 +297,25 @@ __device__ __forceinline__ void load_w(const void *w, int wf32, float offset, in
     const Pack<float, VEC> p = reinterpret_cast<const Pack<float, VEC> *>(w)[v];
 #pragma unroll
     for (int j = 0; j < VEC; j++)
-      out[j] = p.v[j] + offset;
+      out[j] = p.v[j];
   } else {
-    const Pack<T, VEC> p = reinterpret_cast<const Pack<T, VEC> *>(w)[v];
-#pragma unroll
-    for (int j = 0; j < VEC; j++)
-      out[j] = to_f(p.v[j]) + offset;
+    const Pack<T, VEC> p = reinterpret_cast<const Pack<T, VEC> *>(w)[v]; /* one 16-byte load: */
+    unpack(p, out); /* unpacking the global pack in place would read it word by word */
   }
 }
 
-/* A thread's weights for its packs. Preloaded (the pipelined kernels, which keep them for
+/* The same with the offset added to a weight that is there. */
+template <typename T, int VEC>
+__device__ __forceinline__ void load_w(const void *w, int wf32, float offset, int v, float (&out)[VEC])
+{
+  load_w_raw<T, VEC>(w, wf32, v, out, 1.f);
+  if (w)
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      out[j] += offset;
+}
+
+/* A thread's weights (or LayerNorm's biases) for its packs. Preloaded (the pipelined kernels, which keep them for
  * the whole kernel, and the forward one-row kernels with an early weight): packs of x's
  * dtype are held as they are, in half the registers of fp32 values, and converted where used;
  * callers refresh() them once per row, after the reduction, so the compiler neither hoists
@@ -299,11 +326,11 @@ template <typename T, int VEC, int ITEMS> struct Weights {
   Pack<T, VEC> raw[ITEMS];
   const void *w;
   int wf32;
-  float offset;
+  float offset, absent; /* absent: the value of every element without a vector (1, a bias 0) */
   bool held;
   __device__ __forceinline__ Weights(const void *w_, int wf32_, float offset_, int lane, int G,
-                                     int nvec, bool preload)
-      : w(w_), wf32(wf32_), offset(offset_), held(preload && w_ && !wf32_)
+                                     int nvec, bool preload, float absent_ = 1.f)
+      : w(w_), wf32(wf32_), offset(offset_), absent(absent_), held(preload && w_ && !wf32_)
   {
     if (held)
 #pragma unroll
@@ -326,13 +353,19 @@ template <typename T, int VEC, int ITEMS> struct Weights {
   /* item i's weights (pack v) as fp32, offset added */
   __device__ __forceinline__ void get(int i, int v, float (&W)[VEC]) const
   {
-    if (held) {
+    get_raw(i, v, W);
+    if (w)
 #pragma unroll
       for (int j = 0; j < VEC; j++)
-        W[j] = to_f(raw[i].v[j]) + offset;
-    } else {
-      load_w<T, VEC>(w, wf32, offset, v, W);
-    }
+        W[j] += offset;
+  }
+  /* the same without the offset (a bias; a caller that folds the offset in elsewhere) */
+  __device__ __forceinline__ void get_raw(int i, int v, float (&W)[VEC]) const
+  {
+    if (held)
+      unpack(raw[i], W);
+    else
+      load_w_raw<T, VEC>(w, wf32, v, W, absent);
   }
 };
 

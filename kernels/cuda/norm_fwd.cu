@@ -97,17 +97,6 @@ struct Stats {
   float mu, r;
 };
 
-/* y for one element from its input x, the row's statistics, weight W (W already rounded to T
- * in RMSNorm's cast mode none) and bias B (LayerNorm: one rounding at the end, whatever the
- * casting mode). */
-template <typename T, Norm NORM>
-__device__ __forceinline__ float norm_out(float x, const Stats &st, float W, float B, int cast)
-{
-  if constexpr (NORM == Norm::LN)
-    return (x - st.mu) * st.r * W + B;
-  return cast == NLK_CAST_GEMMA ? x * st.r * W : round_to<T>(x * st.r) * W;
-}
-
 /* LayerNorm's statistics in two passes over the thread's elements, which each(f) visits
  * (f(x) per element as fp32; nothing for a thread of an inactive row): the mean, then the
  * mean square about it, each summed over the group (every thread of the CTA calls this the
@@ -127,7 +116,9 @@ __device__ __forceinline__ Stats ln_stats(const FwdArgs &a, Each each, int G, fl
   return Stats{mu, rsqrtf(group_reduce(v, G, red, parity) * a.inv_n + a.eps)};
 }
 
-/* The thread's elements of a row held in packs, as ln_stats visits them. */
+/* The thread's elements of a row held in packs, as ln_stats visits them: converted again in
+ * each pass, since the row held as fp32 across the reductions takes twice the registers (a
+ * resident CTA fewer per SM on wide rows; docs/kernels.md). */
 template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ auto held(const Pack<T, VEC> (&xv)[ITEMS], bool active, int lane, int G, int nvec)
 {
@@ -146,6 +137,17 @@ __device__ __forceinline__ auto held(const Pack<T, VEC> (&xv)[ITEMS], bool activ
   };
 }
 
+/* A pack's values as store_y takes them: fp32, LayerNorm's less the row's mean. */
+template <Norm NORM, typename T, int VEC>
+__device__ __forceinline__ void values(const Pack<T, VEC> &p, const Stats &st, float (&f)[VEC])
+{
+  unpack(p, f);
+  if constexpr (NORM == Norm::LN)
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      f[j] -= st.mu;
+}
+
 /* The row's statistics out (rstd always optional, LayerNorm's mean too): by one thread. */
 template <Norm NORM>
 __device__ __forceinline__ void put_stats(const FwdArgs &a, int64_t row, const Stats &st)
@@ -155,6 +157,23 @@ __device__ __forceinline__ void put_stats(const FwdArgs &a, int64_t row, const S
   if (NORM == Norm::LN && a.mean)
     a.mean[row] = st.mu;
 }
+
+/* A thread's weight packs, held or read where used (Weights), and LayerNorm's bias, read
+ * where used (held as well, it leaves the pipelined kernel no registers; the one-row kernels
+ * measured no faster with it held). */
+template <typename T, int VEC, int ITEMS, Norm NORM> struct Affine {
+  Weights<T, VEC, ITEMS> w, b;
+  __device__ __forceinline__ Affine(const FwdArgs &a, int lane, int G, int nvec, bool hold)
+      : w(a.w, a.wf32, a.offset, lane, G, nvec, hold),
+        b(NORM == Norm::LN ? a.b : nullptr, a.bf32, 0.f, lane, G, nvec, false, 0.f)
+  {
+  }
+  __device__ __forceinline__ void refresh()
+  {
+    w.refresh();
+    b.refresh();
+  }
+};
 
 template <typename T, int VEC, int ITEMS, bool RES, bool STREAM>
 __device__ __forceinline__ void load_in(const FwdArgs &a, int64_t row, int lane, int G, int nvec,
@@ -178,7 +197,8 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
     unpack(res, rf);
 #pragma unroll
     for (int j = 0; j < VEC; j++)
-      x.v[j] = from_f<T>(f[j] + rf[j]);
+      f[j] += rf[j];
+    x = pack_of<T>(f);
     store<T, VEC, true>(a.res_out, row, a.sres_out, v, x);
   }
   unpack(x, f);
@@ -187,40 +207,48 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
     ss += f[j] * f[j];
 }
 
-/* y for pack v of a row (y: its first pack) from its x (h for add_rmsnorm) pack p, the row's
- * statistics, the weight of item i in wt and (LayerNorm) the bias, read here from L1, out
- * through a streaming store (STREAM) or a plain one. RMSNorm with llama casting and 16-bit
- * weights of x's dtype and no offset (a.pair, decided on the host): one packed multiply per
- * two elements. The flag decided once on the host and the row's address computed once keep
- * the epilogue short: evaluated per pack, the conditions and the address cost about a
- * quarter more instructions per row. */
+/* y for pack v of a row (y: its first pack) from its values f (values()), the row's
+ * statistics, the weight and (LayerNorm) the bias of item i in wt, out through a streaming
+ * store (STREAM) or a plain one. LayerNorm: (x - mean) (r W + r offset) + B, rounded once,
+ * whatever the casting mode (the offset folded into the row's scale saves an add per
+ * element). RMSNorm: its casting modes (W rounded to T in mode none); with llama casting and
+ * 16-bit weights of x's dtype and no offset (a.pair, decided on the host), one packed
+ * multiply per two elements. The flag decided once on the host and the row's address
+ * computed once keep the epilogue short: evaluated per pack, the conditions and the address
+ * cost about a quarter more instructions per row. */
 template <bool STREAM, Norm NORM, typename T, int VEC, int ITEMS>
-__device__ __forceinline__ void store_y(const FwdArgs &a, Pack<T, VEC> *y, int v, const Pack<T, VEC> &p,
-                                        const Stats &st, const Weights<T, VEC, ITEMS> &wt, int i)
+__device__ __forceinline__ void store_y(const FwdArgs &a, Pack<T, VEC> *y, int v, float (&f)[VEC],
+                                        const Stats &st, const Affine<T, VEC, ITEMS, NORM> &wt, int i)
 {
-  Pack<T, VEC> o;
-  float f[VEC];
-  unpack(p, f);
-  if constexpr (NORM == Norm::RMS && Pair<T>::ok && VEC % 2 == 0) {
-    if (a.pair) {
-      const Pack<T, VEC> wp = wt.pack(i, v);
+  float W[VEC];
+  if constexpr (NORM == Norm::LN) {
+    float B[VEC];
+    wt.w.get_raw(i, v, W);
+    wt.b.get_raw(i, v, B);
+    const float ro = st.r * a.offset;
 #pragma unroll
-      for (int j = 0; j < VEC; j += 2)
-        mul_rounded(o.v + j, f[j] * st.r, f[j + 1] * st.r, wp.v + j);
-      store_pack<STREAM>(y + v, o);
-      return;
+    for (int j = 0; j < VEC; j++)
+      f[j] = fmaf(f[j], fmaf(st.r, W[j], ro), B[j]);
+  } else {
+    if constexpr (Pair<T>::ok && VEC % 2 == 0) {
+      if (a.pair) {
+        Pack<T, VEC> o;
+        const Pack<T, VEC> wp = wt.w.pack(i, v);
+#pragma unroll
+        for (int j = 0; j < VEC; j += 2)
+          mul_rounded(o.v + j, f[j] * st.r, f[j + 1] * st.r, wp.v + j);
+        store_pack<STREAM>(y + v, o);
+        return;
+      }
     }
-  }
-  float W[VEC], B[VEC] = {};
-  wt.get(i, v, W);
-  if constexpr (NORM == Norm::LN)
-    load_w<T, VEC>(a.b, a.bf32, 0.f, v, B, 0.f);
+    wt.w.get(i, v, W);
 #pragma unroll
-  for (int j = 0; j < VEC; j++) {
-    const float Wj = NORM == Norm::RMS && a.cast == NLK_CAST_NONE ? round_to<T>(W[j]) : W[j];
-    o.v[j] = from_f<T>(norm_out<T, NORM>(f[j], st, Wj, B[j], a.cast));
+    for (int j = 0; j < VEC; j++)
+      f[j] = a.cast == NLK_CAST_GEMMA ? f[j] * st.r * W[j]
+             : a.cast == NLK_CAST_NONE ? round_to<T>(f[j] * st.r) * round_to<T>(W[j])
+                                       : round_to<T>(f[j] * st.r) * W[j];
   }
-  store_pack<STREAM>(y + v, o);
+  store_pack<STREAM>(y + v, pack_of<T>(f));
 }
 
 /* The statistics of a row held in packs: RMSNorm's sum of squares (after add_rmsnorm's
@@ -256,7 +284,7 @@ template <typename T, int VEC, int ITEMS, Norm NORM, bool RES>
 __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool active, int lane,
                                         int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
                                         const Pack<T, VEC> (&rv)[ITEMS],
-                                        Weights<T, VEC, ITEMS> &wt, float (*red)[32],
+                                        Affine<T, VEC, ITEMS, NORM> &wt, float (*red)[32],
                                         int &parity)
 {
   const Stats st = row_stats<T, VEC, ITEMS, NORM, RES>(a, row, active, lane, G, nvec, xv, rv, red, parity);
@@ -272,17 +300,20 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
-    if (v < nvec)
-      store_y<true, NORM>(a, y, v, xv[i], st, wt, i);
+    if (v < nvec) {
+      float f[VEC];
+      values<NORM>(xv[i], st, f);
+      store_y<true, NORM>(a, y, v, f, st, wt, i);
+    }
   }
 }
 
-/* CTA, WARP and GROUPS: each group handles exactly one row. The weight is read after the
- * reduction, from L1 (the CTAs of an SM share it; x streams past it), or with EARLY
- * (Hold::EARLY_W, RMSNorm only: add_rmsnorm's residual packs leave no registers for it, and
- * LayerNorm's second pass wants them)
- * together with x, its latency hidden behind x's, and held in registers across the
- * reduction; x then loads with the default policy, which measured faster there. */
+/* CTA, WARP and GROUPS: each group handles exactly one row. The weight (and LayerNorm's
+ * bias) is read after the reduction, from L1 (the CTAs of an SM share it; x streams past it),
+ * or with EARLY (Hold::EARLY_W, RMSNorm only: add_rmsnorm's residual packs leave no registers
+ * for it, and LayerNorm measured no faster with its weight and bias held) together with x,
+ * its latency hidden behind x's, and held in registers across the reduction; x then loads
+ * with the default policy, which measured faster there. */
 template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY>
 __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS : FWD_LIMITS).ctas(ITEMS))
     fwd_one(FwdArgs a)
@@ -297,7 +328,7 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS :
   Pack<T, VEC> xv[ITEMS], rv[ITEMS];
   if (active)
     load_in<T, VEC, ITEMS, RES, !EARLY>(a, row, lane, G, nvec, xv, rv);
-  Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, EARLY && active);
+  Affine<T, VEC, ITEMS, NORM> wt(a, lane, G, nvec, EARLY && active);
   process<T, VEC, ITEMS, NORM, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
 }
 
@@ -336,14 +367,16 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
   const Stats st{0.f, r};
   if (lane == 0)
     put_stats<Norm::RMS>(a, row, st);
-  const Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, false);
+  const Affine<T, VEC, ITEMS, Norm::RMS> wt(a, lane, G, nvec, false);
   Pack<T, VEC> *y = row_packs<T, VEC>(a.y, row, a.sy);
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
-    if (v < nvec)
-      store_y<false, Norm::RMS>(a, y, v, load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)),
-                                st, wt, i);
+    if (v < nvec) {
+      float f[VEC];
+      unpack(load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)), f);
+      store_y<false, Norm::RMS>(a, y, v, f, st, wt, i);
+    }
   }
 }
 
@@ -363,7 +396,7 @@ __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(I
   __shared__ float red[2][32];
   int parity = 0;
   const Staging<P, ITEMS> st(dyn, S, RES ? 2 : 1);
-  Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
+  Affine<T, VEC, ITEMS, NORM> wt(a, lane, G, nvec, true);
 
   auto fetch = [&](int64_t row, int stage) {
     if (row < a.M) {
@@ -451,11 +484,14 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, staged_min_ctas(NORM)) fwd_s
   }
   if (threadIdx.x == 0)
     put_stats<NORM>(a, row, st);
-  const Weights<T, VEC, 1> wt(a.w, a.wf32, a.offset, 0, 0, nvec, false);
+  const Affine<T, VEC, 1, NORM> wt(a, 0, 0, nvec, false);
   P *y = row_packs<T, VEC>(a.y, row, a.sy);
 #pragma unroll 2
-  for (int v = threadIdx.x; v < nvec; v += blockDim.x)
-    store_y<true, NORM>(a, y, v, xs[v], st, wt, 0);
+  for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+    float f[VEC];
+    values<NORM>(xs[v], st, f);
+    store_y<true, NORM>(a, y, v, f, st, wt, 0);
+  }
 }
 
 /* LOOP: rows wider than registers hold. The CTA loops over the row twice (LayerNorm: three
@@ -466,7 +502,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a)
 {
   pdl_begin(a.pdl);
   const int nvec = a.N / VEC;
-  const Weights<T, VEC, 1> wt(a.w, a.wf32, a.offset, 0, 0, nvec, false);
+  const Affine<T, VEC, 1, NORM> wt(a, 0, 0, nvec, false);
   __shared__ float red[2][32];
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.M; row += gridDim.x) {
@@ -498,8 +534,11 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a)
     if (threadIdx.x == 0)
       put_stats<NORM>(a, row, st);
     Pack<T, VEC> *y = row_packs<T, VEC>(a.y, row, a.sy);
-    for (int v = threadIdx.x; v < nvec; v += blockDim.x)
-      store_y<true, NORM>(a, y, v, load<T, VEC>(src, row, src_stride, v), st, wt, 0);
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+      float f[VEC];
+      values<NORM>(load<T, VEC>(src, row, src_stride, v), st, f);
+      store_y<true, NORM>(a, y, v, f, st, wt, 0);
+    }
   }
 }
 
