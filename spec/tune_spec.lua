@@ -6,6 +6,14 @@ local nl = require("normlab")
 local tune = require("normlab.tune")
 
 local cpu = nl.device("cpu")
+-- nl.tune, nl.bench and nl.tune_cache follow the default device: the CPU for these specs,
+-- whatever the machine has (setup/teardown of each describe below).
+local core = require("normlab.binding")
+local default = nl.device()
+local function on_cpu()
+  setup(function() core.set_device(cpu.backend, cpu.index) end)
+  teardown(function() core.set_device(default.backend, default.index) end)
+end
 local FAST = {batches = 1, warmup_ms = 0.1, batch_ms = 0.1, progress = false}
 
 local function opts(t)
@@ -56,6 +64,7 @@ local function fwd_args(M, N)
 end
 
 describe("nl.reset", function()
+  on_cpu()
   after_each(function() nl.reset() end)
 
   it("puts a setting back to its default and marks it not set", function()
@@ -106,6 +115,7 @@ describe("nl.reset", function()
 end)
 
 describe("nl.tune", function()
+  on_cpu()
   after_each(function()
     nl.tune_cache(false)
     tune.forget()
@@ -184,6 +194,7 @@ describe("nl.tune", function()
 end)
 
 describe("auto with a tuning cache", function()
+  on_cpu()
   after_each(function()
     nl.tune_cache(false)
     tune.forget()
