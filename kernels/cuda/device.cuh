@@ -20,15 +20,19 @@
 namespace nlk {
 
 template <typename T> struct Dt;
+/* Per dtype: its nlk_dtype id and the conversions from and to fp32 (round to nearest even). */
 template <> struct Dt<float> {
+  static constexpr int id = NLK_F32;
   static __device__ __forceinline__ float to_f(float v) { return v; }
   static __device__ __forceinline__ float from_f(float v) { return v; }
 };
 template <> struct Dt<__half> {
+  static constexpr int id = NLK_F16;
   static __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
   static __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
 };
 template <> struct Dt<__nv_bfloat16> {
+  static constexpr int id = NLK_BF16;
   static __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
   static __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
 };

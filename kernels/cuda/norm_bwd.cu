@@ -103,19 +103,6 @@ template <Norm NORM> using RowSum = std::conditional_t<NORM == Norm::LN, float2,
 
 namespace {
 
-/* Column col of the partial rows, summed: dW's, or from db_at on dB's. */
-template <typename T>
-__device__ __forceinline__ void store_grad(const BwdArgs &a, int col, float v)
-{
-  const bool b = a.db && col >= a.db_at;
-  void *out = b ? a.db : a.dw;
-  col -= b ? a.db_at : 0;
-  if (b ? a.db_f32 : a.dw_f32)
-    static_cast<float *>(out)[col] = v;
-  else
-    static_cast<T *>(out)[col] = from_f<T>(v);
-}
-
 /* After a grid barrier: CTA b sums the partials of its slice of columns over all CTAs, in
  * CTA order. Lanes take 32 adjacent columns, warps split the partial rows. */
 template <typename T>
@@ -124,6 +111,7 @@ __device__ void reduce_slice(const BwdArgs &a, float *red)
   const int nb = gridDim.x, cs = (a.pw + nb - 1) / nb;
   const int c0 = blockIdx.x * cs, c1 = min(a.pw, c0 + cs);
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, ny = blockDim.x >> 5;
+  const GradOut out{a.dw, a.db, a.dw_f32 ? NLK_F32 : Dt<T>::id, a.db_f32 ? NLK_F32 : Dt<T>::id, a.db_at};
   for (int ct = c0; ct < c1; ct += 32) {
     const int col = ct + tx;
     float acc = 0.f;
@@ -136,7 +124,7 @@ __device__ void reduce_slice(const BwdArgs &a, float *red)
       float sum = 0.f;
       for (int y = 0; y < ny; y++)
         sum += red[y * 32 + tx];
-      store_grad<T>(a, col, sum);
+      out.store(col, sum);
     }
     __syncthreads();
   }

@@ -137,6 +137,22 @@ __device__ __forceinline__ auto held(const Pack<T, VEC> (&xv)[ITEMS], bool activ
   };
 }
 
+/* A CTA's share of a row, pack(v) giving pack v, as ln_stats visits it (the staged and the
+ * looping kernels: from shared memory, from global memory). */
+template <typename T, int VEC, typename Get>
+__device__ __forceinline__ auto strided(int nvec, Get pack)
+{
+  return [nvec, pack](auto f) {
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+      float x[VEC];
+      unpack(pack(v), x);
+#pragma unroll
+      for (int j = 0; j < VEC; j++)
+        f(x[j]);
+    }
+  };
+}
+
 /* A pack's values as store_y takes them: fp32, LayerNorm's less the row's mean. */
 template <Norm NORM, typename T, int VEC>
 __device__ __forceinline__ void values(const Pack<T, VEC> &p, const Stats &st, float (&f)[VEC])
@@ -462,15 +478,7 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, staged_min_ctas(NORM)) fwd_s
   copy_wait(0);
   Stats st;
   if constexpr (NORM == Norm::LN) {
-    st = ln_stats(a, [&](auto f) {
-      for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-        float x[VEC];
-        unpack(xs[v], x);
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-          f(x[j]);
-      }
-    }, blockDim.x, red, parity);
+    st = ln_stats(a, strided<T, VEC>(nvec, [xs](int v) { return xs[v]; }), blockDim.x, red, parity);
   } else {
     float ss = 0.f;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
@@ -510,15 +518,8 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a)
     const int64_t src_stride = a.res ? a.sres_out : a.sx;
     Stats st;
     if constexpr (NORM == Norm::LN) {
-      st = ln_stats(a, [&](auto f) {
-        for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-          float x[VEC];
-          unpack(load<T, VEC, false>(a.x, row, a.sx, v), x);
-#pragma unroll
-          for (int j = 0; j < VEC; j++)
-            f(x[j]);
-        }
-      }, blockDim.x, red, parity);
+      st = ln_stats(a, strided<T, VEC>(nvec, [&a, row](int v) { return load<T, VEC, false>(a.x, row, a.sx, v); }),
+                    blockDim.x, red, parity);
     } else {
       float ss = 0.f;
       for (int v = threadIdx.x; v < nvec; v += blockDim.x) {

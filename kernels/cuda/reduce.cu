@@ -12,23 +12,7 @@ namespace nlk {
 
 namespace {
 
-/* Where column col of the partial rows goes: dW, or from db_at on dB, each in its dtype. */
-struct GradOut {
-  void *dw, *db;
-  int wdt, bdt, db_at;
-  __device__ __forceinline__ void store(int col, float v) const
-  {
-    const bool b = db && col >= db_at;
-    void *out = b ? db : dw;
-    col -= b ? db_at : 0;
-    switch (b ? bdt : wdt) {
-    case NLK_F32: static_cast<float *>(out)[col] = v; break;
-    case NLK_F16: static_cast<__half *>(out)[col] = from_f<__half>(v); break;
-    default: static_cast<__nv_bfloat16 *>(out)[col] = from_f<__nv_bfloat16>(v); break;
-    }
-  }
-};
-
+/* Where k's summed columns go. */
 GradOut grad_out(const nlk_norm *k)
 {
   const GradCols g = grad_cols(k);

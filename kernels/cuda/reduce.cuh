@@ -6,6 +6,7 @@
 #ifndef NL_REDUCE_CUH
 #define NL_REDUCE_CUH
 
+#include "device.cuh"
 #include "nlk.h"
 
 namespace nlk {
@@ -27,6 +28,25 @@ inline GradCols grad_cols(const nlk_norm *k)
   g.pw = k->N * ((g.dw ? 1 : 0) + (g.db ? 1 : 0));
   return g;
 }
+
+/* Where a summed column goes, in grad_cols's numbering: dW's column col, or from db_at dB's,
+ * each in its dtype (wdt, bdt: fp32, fp16 or bf16). The reduce kernels and the persistent
+ * backward's fused reduction store through it. */
+struct GradOut {
+  void *dw, *db;
+  int wdt, bdt, db_at;
+  __device__ __forceinline__ void store(int col, float v) const
+  {
+    const bool b = db && col >= db_at;
+    void *out = b ? db : dw;
+    col -= b ? db_at : 0;
+    switch (b ? bdt : wdt) {
+    case NLK_F32: static_cast<float *>(out)[col] = v; break;
+    case NLK_F16: static_cast<__half *>(out)[col] = from_f<__half>(v); break;
+    default: static_cast<__nv_bfloat16 *>(out)[col] = from_f<__nv_bfloat16>(v); break;
+    }
+  }
+};
 
 /* dW (in k->wdt, at k->dw) and dB (k->bdt, k->db) = the column sums of `rows` fp32 partial
  * rows at P (grad_cols's layout), on k's stream; drop: P is scratch, and its lines may be
