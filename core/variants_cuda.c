@@ -18,13 +18,14 @@ const nlk_strategy *const nl__cuda_kernels[] = {nlk_cuda_fwd, nlk_cuda_bwd, NULL
 #define ATOMIC NL_RED(NL_REDUCE_ATOMIC)
 #define TEMP NL_RED(NL_REDUCE_TEMP)
 
-/* auto forward: blockrow up to blockrow_max_n columns and
- * blockrow_max_m rows (when a warp holds the row), then persistent from persistent_min_m rows and persistent_min_n columns,
- * row otherwise. staged is not picked: it led row only marginally and on one GPU
- * (docs/kernels.md). */
+/* auto forward: blockrow up to blockrow_max_n columns and blockrow_max_m rows (when a warp
+ * holds the row), and below row_min_n columns whatever M; then persistent from
+ * persistent_min_m rows and persistent_min_n columns, row otherwise. staged is not picked: it
+ * led row only marginally and on one GPU (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
-  if (k->M <= kn->rms_fwd.blockrow_max_m && k->N <= kn->rms_fwd.blockrow_max_n &&
+  if ((k->M <= kn->rms_fwd.blockrow_max_m || k->N < kn->rms_fwd.row_min_n) &&
+      k->N <= kn->rms_fwd.blockrow_max_n &&
       nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
     return "blockrow";
   if (k->M >= kn->rms_fwd.persistent_min_m && k->N >= kn->rms_fwd.persistent_min_n)
@@ -32,7 +33,7 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
   return "row";
 }
 
-/* auto backward: blockrow up to blockrow_max_n, then persistent from persistent_min_m rows
+/* auto backward: blockrow up to blockrow_max_n columns and blockrow_max_m rows, then persistent from persistent_min_m rows
  * (partials for fp32 rows up to fp32_partials_max_n: fp32 favours partials' contiguous row
  * chunks over persistent's grid stride, 16-bit rows do not), partials from partials_min_m,
  * row below; a requested reduction steers it to a variant that has one (temp: row; atomic:
@@ -42,7 +43,8 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
   const int atomic = k->reduce == NLK_REDUCE_ATOMIC;
   if (k->reduce == NLK_REDUCE_TEMP)
     return "row";
-  if (k->N <= kn->rms_bwd.blockrow_max_n && nl__fits(NL_CUDA, NL_BWD, "blockrow", k))
+  if (k->N <= kn->rms_bwd.blockrow_max_n && k->M <= kn->rms_bwd.blockrow_max_m &&
+      nl__fits(NL_CUDA, NL_BWD, "blockrow", k))
     return "blockrow";
   if (k->M >= kn->rms_bwd.persistent_min_m)
     return k->dt == NLK_F32 && !atomic && k->N <= kn->rms_bwd.fp32_partials_max_n ? "partials"
@@ -77,7 +79,8 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
   FWD(O, OP, "staged", NULL, "one CTA per row, the row copied to shared memory through "          \
       "cp.async (no packs held in registers: many rows per SM in flight), "                       \
       "rmsnorm.fwd.staged_items packs per thread", ST_LIMITS),                                    \
-  FWD(O, OP, "auto", auto_fwd, "blockrow for N <= rmsnorm.fwd.blockrow_max_n, persistent from "  \
+  FWD(O, OP, "auto", auto_fwd, "blockrow for N <= rmsnorm.fwd.blockrow_max_n and M <= "         \
+      "rmsnorm.fwd.blockrow_max_m (any M below rmsnorm.fwd.row_min_n columns), persistent from "  \
       "rmsnorm.fwd.persistent_min_m rows and rmsnorm.fwd.persistent_min_n columns, row "          \
       "otherwise", AUTO_LIMITS),                                                                  \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \
@@ -92,7 +95,8 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
       "CTAs striding over rows, next rows in flight through cp.async, dW in registers, rows "     \
       "over rmsnorm.bwd.share_n shared by a cluster (sm_90); partials reduced after a grid "      \
       "barrier in the same kernel (rmsnorm.bwd.fused_reduce) or by the reduce kernel", LIMITS),   \
-  BWD(O, OP, "auto", 0, 0, auto_bwd, "blockrow for N <= rmsnorm.bwd.blockrow_max_n, then "        \
+  BWD(O, OP, "auto", 0, 0, auto_bwd, "blockrow for N <= rmsnorm.bwd.blockrow_max_n and M <= "    \
+      "rmsnorm.bwd.blockrow_max_m, then "                                                         \
       "persistent from rmsnorm.bwd.persistent_min_m rows (fp32: partials up to "                  \
       "rmsnorm.bwd.fp32_partials_max_n), partials from rmsnorm.bwd.partials_min_m, row below; a " \
       "requested reduction steers it to a variant that has one", AUTO_LIMITS)

@@ -601,15 +601,20 @@ describe("CUDA ops #cuda", function()
     free(x, y)
   end)
 
-  it_cuda("auto forward follows blockrow_max_n, blockrow_max_m and persistent_min_*", function()
+  it_cuda("auto forward follows blockrow_max_n, blockrow_max_m, row_min_n and persistent_min_*", function()
     local x, y = cuda:randn({64, 1024}, "bf16", {seed = 3}), cuda:empty({64, 1024}, "bf16")
     local args = {x = x, y = y, eps = 1e-6}
+    -- narrower than row_min_n: blockrow whatever M
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63,
+      ["rmsnorm.fwd.row_min_n"] = 1025}, function()
+        assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", args))
+      end)
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 64},
       function()
         assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", args))
       end)
-    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63},
-      function()
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63,
+      ["rmsnorm.fwd.row_min_n"] = 1024}, function()
         assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
       end)
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.persistent_min_m"] = 64,
@@ -639,6 +644,13 @@ describe("CUDA ops #cuda", function()
       assert.are.equal("rmsnorm.bwd.persistent", pick(8, 1024, "bf16", "atomic"))
       assert.are.equal("rmsnorm.bwd.row", pick(64, 1024, "bf16", "temp"))
       assert.are.equal("rmsnorm.bwd.row", pick(4, 1024, "bf16"))
+    end)
+    -- blockrow up to blockrow_max_n columns and blockrow_max_m rows
+    with_settings({["rmsnorm.bwd.blockrow_max_n"] = 256, ["rmsnorm.bwd.blockrow_max_m"] = 64,
+      ["rmsnorm.bwd.persistent_min_m"] = 64}, function()
+      assert.are.equal("rmsnorm.bwd.blockrow", pick(64, 256, "bf16"))
+      assert.are.equal("rmsnorm.bwd.persistent", pick(65, 256, "bf16"))
+      assert.are.equal("rmsnorm.bwd.persistent", pick(64, 512, "bf16"))
     end)
   end)
 
