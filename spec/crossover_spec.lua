@@ -210,6 +210,9 @@ describe("nl.crossover", function()
       "auto_status,auto_dispatch,auto_gbps,auto_ratio,skipped,failed", lines[1])
     assert.truthy(lines[2]:find("^rmsnorm.fwd,bf16,1,64,persistent,12,1.2,row,10,0.1999"), lines[2])
     assert.truthy(lines[3]:find(",row,blockrow$"), lines[3])
+    assert.truthy(lines[4]:find("^rmsnorm.fwd,bf16,1,256,,,,,,,,skip,,,,row blockrow persistent auto,$"),
+      lines[4])
+    for _, l in ipairs(lines) do assert.are.equal(16, count(l, ","), l) end
     local back = report.from_json(x:json())
     assert.are.same({crossover = true}, back.meta.print)
     assert.are.equal(3, back.meta.crossover.decided)

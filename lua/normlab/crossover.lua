@@ -15,6 +15,7 @@
 --   x.cells, x.summary             -- the entries above; per dispatcher the share of cells
 --                                  -- within 1, 2 and 3% of the winner, the minimum ratio and
 --                                  -- where; the wins per strategy
+--   x.result, x.concrete, x.dispatchers, x.dtypes   -- r, its columns of each kind, its dtypes
 --   x:print{file =}, x:text(), x:markdown{path =}, x:csv(path), x:json(path), x:svg(path)
 --
 -- The table has a line per cell; the SVG is a heat map per dtype, N across and M up (each
@@ -100,7 +101,7 @@ end
 -- Per dispatcher: the cells within each M.WITHIN of the winner, the lowest ratio and where,
 -- the cells it did not run on, and whether CRITERION holds.
 local function summarize(cells, concrete, dispatchers)
-  local s = {cells = #cells, decided = 0, wins = {}, dispatchers = {}}
+  local s = {cells = #cells, decided = 0, wins = {}, dispatchers = {}, criterion = M.CRITERION}
   local wins = {}
   for _, c in ipairs(cells) do
     if c.winner then
@@ -109,10 +110,16 @@ local function summarize(cells, concrete, dispatchers)
       wins[v] = (wins[v] or 0) + 1
     end
   end
-  for _, v in ipairs(concrete) do
+  local order = {}
+  for j, v in ipairs(concrete) do
+    order[v] = j
     if wins[v] then s.wins[#s.wins + 1] = {variant = v, cells = wins[v]} end
   end
-  table.sort(s.wins, function(a, b) return a.cells > b.cells end)
+  -- most wins first; equal counts in column order
+  table.sort(s.wins, function(a, b)
+    if a.cells ~= b.cells then return a.cells > b.cells end
+    return order[a.variant] < order[b.variant]
+  end)
   for k, d in ipairs(dispatchers) do
     local e = {variant = d, ran = 0, missing = 0, below = 0, within = {}}
     local counts = {}
@@ -382,19 +389,19 @@ function Crossover:csv(path)
     return concat(t, " ")
   end
   for _, c in ipairs(self.cells) do
-    local w, u = c.winner, c.runner_up
-    local v = {c.op, c.dtype, c.M, c.N, w and w.variant, w and w.gbps, w and pct_of(self, w),
-      u and u.variant, u and u.gbps, c.margin}
+    local w, u = c.winner or {}, c.runner_up or {}
+    local cells = {}
+    -- fields one by one: an absent one (nil) is an empty field
+    local function put(...)
+      for i = 1, select("#", ...) do cells[#cells + 1] = fmt.csv((select(i, ...))) end
+    end
+    put(c.op, c.dtype, c.M, c.N, w.variant, w.gbps, c.winner and pct_of(self, w), u.variant,
+      u.gbps, c.margin)
     for _, x in ipairs(c.dispatch) do
       local row = x.row or {}
-      for _, f in ipairs({x.pick, row.status, row.dispatch, row.gbps, x.ratio}) do
-        v[#v + 1] = f == nil and "" or f
-      end
+      put(x.pick, row.status, row.dispatch, row.gbps, x.ratio)
     end
-    v[#v + 1] = names(c.skipped)
-    v[#v + 1] = names(c.failed)
-    local cells = {}
-    for i = 1, #v do cells[i] = fmt.csv(v[i]) end
+    put(names(c.skipped), names(c.failed))
     lines[#lines + 1] = concat(cells, ",")
   end
   local text = concat(lines, "\n") .. "\n"
@@ -402,23 +409,11 @@ function Crossover:csv(path)
   return text
 end
 
--- The summary as plain data (meta.crossover of x:json).
-local function summary_data(self)
-  local s = self.summary
-  local d = {cells = s.cells, decided = s.decided, wins = s.wins, criterion = M.CRITERION,
-    dispatchers = {}}
-  for i, e in ipairs(s.dispatchers) do
-    d.dispatchers[i] = {variant = e.variant, ran = e.ran, missing = e.missing, below = e.below,
-      within = e.within, min = e.min, met = e.met}
-  end
-  return d
-end
-
 -- The Result's JSON with meta.crossover (the summary) and meta.print = {crossover = true}.
 function Crossover:json(path)
   local meta = {}
   for k, v in pairs(self.result.meta or {}) do meta[k] = v end
-  meta.crossover = summary_data(self)
+  meta.crossover = self.summary
   meta.print = {crossover = true}
   return report.new(self.result.rows, meta):json(path)
 end
