@@ -207,7 +207,8 @@ function cli.parser(description, defaults, name)
   p:option("--csv", "Also write the rows as CSV to this file."):argname("<path>")
   p:option("--json", "Also write the result as JSON to this file."):argname("<path>")
   p:option("--markdown", "Also write the table as markdown to this file."):argname("<path>")
-  p:option("--svg", "Also write a GB/s chart as SVG to this file."):argname("<path>")
+  p:option("--svg", "Also write the chart as SVG to this file (GB/s bars; crossover.lua: its "
+    .. "heat map)."):argname("<path>")
   return p
 end
 

@@ -141,7 +141,8 @@ local function summarize(cells, concrete, dispatchers)
       end
     end
     for i, w in ipairs(M.WITHIN) do
-      e.within[i] = {limit = w, cells = counts[i], share = s.decided > 0 and counts[i] / s.decided or nil}
+      e.within[i] = {limit = w, cells = counts[i],
+        share = s.decided > 0 and counts[i] / s.decided or nil}
     end
     e.met = s.decided > 0 and e.missing == 0
       and (e.ran - e.below) / s.decided >= M.CRITERION.share and e.min.ratio >= M.CRITERION.floor
@@ -313,7 +314,9 @@ end
 
 local function check_opts(opts, allowed)
   if opts == nil then return {} end
-  if type(opts) ~= "table" then error("crossover: options must be a table, got " .. type(opts), 3) end
+  if type(opts) ~= "table" then
+    error("crossover: options must be a table, got " .. type(opts), 3)
+  end
   for k in pairs(opts) do
     if not allowed[k] then
       error(format("crossover: unknown option '%s' (expected: file, path)", tostring(k)), 3)
@@ -376,7 +379,9 @@ function Crossover:csv(path)
   local cols = {"op", "dtype", "M", "N", "winner", "gbps", "pct", "runner_up", "runner_up_gbps",
     "margin"}
   for _, d in ipairs(self.dispatchers) do
-    for _, f in ipairs({"", "_status", "_dispatch", "_gbps", "_ratio"}) do cols[#cols + 1] = d .. f end
+    for _, f in ipairs({"", "_status", "_dispatch", "_gbps", "_ratio"}) do
+      cols[#cols + 1] = d .. f
+    end
   end
   cols[#cols + 1] = "skipped"
   cols[#cols + 1] = "failed"
@@ -473,8 +478,8 @@ function Crossover:svg(path)
   local out = {}
   local function add(...) out[#out + 1] = format(...) end
   local y0 = top
-  local body_ = {}
-  local function put(...) body_[#body_ + 1] = format(...) end
+  local parts = {}
+  local function put(...) parts[#parts + 1] = format(...) end
   local thin, full = 0.02, 0.2
   local miss_total = 0
   for _, p in ipairs(panels) do
@@ -509,7 +514,8 @@ function Crossover:svg(path)
           d.ratio and (" " .. ratio_text(d.ratio)) or
           (d.row and d.row.status ~= "ok" and (" " .. tostring(d.row.status)) or ""))
       end
-      put('<rect class="cell%s" x="%d" y="%d" width="%d" height="%d" fill="%s" fill-opacity="%.2f"%s>'
+      put('<rect class="cell%s" x="%d" y="%d" width="%d" height="%d" fill="%s" '
+        .. 'fill-opacity="%.2f"%s>'
         .. '<title>%s</title></rect>', miss and " miss" or "", x + GAP / 2, y + GAP / 2,
         SIZE - GAP, SIZE - GAP, fill, opacity,
         miss and ' stroke="#000" stroke-width="3"' or "", xml(concat(tip, "; ")))
@@ -541,7 +547,8 @@ function Crossover:svg(path)
   for i, it in ipairs(items) do
     local col, row = (i - 1) % per_row, floor((i - 1) / per_row)
     local lx, yy = left + col * 130, ly + row * 18
-    put('<rect class="legend" x="%d" y="%d" width="12" height="12" fill="%s"/>', lx, yy - 10, it.fill)
+    put('<rect class="legend" x="%d" y="%d" width="12" height="12" fill="%s"/>', lx, yy - 10,
+      it.fill)
     put('<text x="%d" y="%d">%s</text>', lx + 16, yy, xml(it.text))
   end
   ly = ly + 18 * math.ceil(#items / per_row) + 4
@@ -565,7 +572,7 @@ function Crossover:svg(path)
   for i, l in ipairs(sl) do
     add('<text x="%d" y="%d">%s</text>', 12, 33 + 15 * i, xml(l))
   end
-  for _, l in ipairs(body_) do out[#out + 1] = l end
+  for _, l in ipairs(parts) do out[#out + 1] = l end
   add("</svg>")
   local text = concat(out, "\n") .. "\n"
   if path then report.write_file(path, text) end

@@ -336,7 +336,8 @@ function M.main(...)
   p:option("--json", "Write the merged result as JSON to this file."):argname("<path>")
   p:option("--csv", "Write the rows as CSV to this file."):argname("<path>")
   p:option("--markdown", "Write the table as markdown to this file."):argname("<path>")
-  p:option("--svg", "Write a GB/s chart as SVG to this file."):argname("<path>")
+  p:option("--svg", "Write the chart as SVG to this file (GB/s bars, or the heat map of "
+    .. "crossover shards)."):argname("<path>")
   local argv = {...}
   local ok, args = p:pparse(argv)
   if not ok then
