@@ -28,10 +28,9 @@ local dev = nl.device(args.device)
 local variants = args.variants
 if not variants then
   local registered, rest = {}, {}
-  for _, v in ipairs(nl.variants{op = args.op, pass = args.pass, backend = dev.kind}) do
-    local s = v.strategy
+  for _, s in ipairs(cli.strategies(args, dev)) do
     registered[s] = true
-    if s ~= "row" and s ~= "persistent" and s ~= "ref" and (s ~= "auto" or dev.kind == "cuda") then
+    if s ~= "row" and s ~= "persistent" and (s ~= "auto" or dev.kind == "cuda") then
       rest[#rest + 1] = s
     end
   end
@@ -41,10 +40,6 @@ if not variants then
   end
   for _, s in ipairs(rest) do
     variants[#variants + 1] = s
-  end
-  if #variants == 0 then
-    error(cli.usage_error(string.format("%s has no variants for %s yet (normlab --list shows "
-      .. "the registry)", args.opname, dev.name)))
   end
 end
 

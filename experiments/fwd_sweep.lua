@@ -21,19 +21,7 @@ local dev = nl.device(args.device)
 
 -- Without --variants: every forward strategy registered for the op on this device, in the
 -- registry's order, auto included.
-local variants = args.variants
-if not variants then
-  variants = {}
-  for _, v in ipairs(nl.variants{op = args.op, pass = args.pass, backend = dev.kind}) do
-    if v.strategy ~= "ref" then
-      variants[#variants + 1] = v.strategy
-    end
-  end
-  if #variants == 0 then
-    error(cli.usage_error(string.format("%s has no variants for %s yet (normlab --list shows "
-      .. "the registry)", args.opname, dev.name)))
-  end
-end
+local variants = args.variants or cli.strategies(args, dev)
 
 local r = nl.bench(cli.bench_opts(args, {device = dev, variants = variants}))
 cli.emit(r, args, {speedup = {"auto", "row"}})

@@ -4,6 +4,7 @@
 -- guides in docs/ do name must be registered: every `<op>.<pass>.<strategy>`
 -- a variant, every `<section>.<key>` a setting, every `<op>.<pass>` an op and pass.
 -- docs/kernels.md, the record of what was measured, may name what was tried and removed.
+-- Every experiment script is in the README, so that a new one cannot go unexplained.
 local nl = require("normlab")
 
 local PREFIXES = {cpu = true, bench = true, cuda = true, rmsnorm = true, layernorm = true,
@@ -65,6 +66,18 @@ describe("documentation", function()
         assert.is_true(names[name] == true, path .. " names `" .. name .. "`, which is not registered")
       end
     end
+  end)
+
+  it("the README names every experiment script", function()
+    local readme = read("README.md")
+    local p = io.popen("ls experiments/*.lua")
+    local n = 0
+    for path in p:lines() do
+      n = n + 1
+      assert.truthy(readme:find("`" .. path, 1, true), "README.md does not name " .. path)
+    end
+    p:close()
+    assert.is_true(n > 0)
   end)
 
   it("finds the names it checks (the check is not vacuous)", function()

@@ -207,7 +207,8 @@ function cli.parser(description, defaults, name)
   p:option("--csv", "Also write the rows as CSV to this file."):argname("<path>")
   p:option("--json", "Also write the result as JSON to this file."):argname("<path>")
   p:option("--markdown", "Also write the table as markdown to this file."):argname("<path>")
-  p:option("--svg", "Also write a GB/s chart as SVG to this file."):argname("<path>")
+  p:option("--svg", "Also write the chart as SVG to this file (GB/s bars; crossover.lua: its "
+    .. "heat map)."):argname("<path>")
   return p
 end
 
@@ -233,9 +234,10 @@ local function op_spec(s, what)
 end
 
 -- Adds --set key=v1,v2,... (repeatable) to a parser, the settings axes of a sweep; cli.set_axes
--- reads them after cli.parse. Returns p.
-function cli.set_option(p)
-  p:option("--set", "key=v1,v2,...: a setting and the values to try (repeatable).")
+-- reads them after cli.parse. help replaces the option's description (crossover.lua takes one
+-- value per key). Returns p.
+function cli.set_option(p, help)
+  p:option("--set", help or "key=v1,v2,...: a setting and the values to try (repeatable).")
     :count("*"):argname("<key=values>")
   return p
 end
@@ -290,6 +292,22 @@ function cli.op_options(p, opts)
       opts.pass, op, opts.pass)):argname("<op>"):default(op):convert(converter(op_spec, "--op"))
   end
   return p
+end
+
+-- The strategies registered for args.op and args.pass (cli.op_options) on dev, in the
+-- registry's order, without the oracle `ref`: what a script runs without --variants. A usage
+-- error when there is none.
+function cli.strategies(args, dev)
+  local list = {}
+  for _, v in ipairs(require("normlab.ops").variants{op = args.op, pass = args.pass,
+      backend = dev.kind}) do
+    if v.strategy ~= "ref" then list[#list + 1] = v.strategy end
+  end
+  if #list == 0 then
+    error(cli.usage_error(format("%s has no variants for %s yet (normlab --list shows the "
+      .. "registry)", args.opname, dev.name)))
+  end
+  return list
 end
 
 -- args.op as typed -> args.op, args.pass, args.opname; nil or a message for the usage error.
@@ -407,6 +425,33 @@ function cli.bench_opts(args, base)
   return o
 end
 
+-- The table printed and the files written, from view (a Result, or another view of one with
+-- the same methods: normlab.crossover), each file named on stderr.
+local function write_view(view, args, print_opts)
+  view:print(print_opts)
+  local function wrote(path) io.stderr:write("wrote ", path, "\n") end
+  if args.csv then
+    view:csv(args.csv)
+    wrote(args.csv)
+  end
+  if args.json then
+    view:json(args.json)
+    wrote(args.json)
+  end
+  if args.markdown then
+    local mopts = {path = args.markdown}
+    for k, v in pairs(print_opts or {}) do
+      if k ~= "file" then mopts[k] = v end
+    end
+    view:markdown(mopts)
+    wrote(args.markdown)
+  end
+  if args.svg then
+    view:svg(args.svg)
+    wrote(args.svg)
+  end
+end
+
 -- Prints the result's table (print_opts go to r:print) and writes the files the command line
 -- asked for, naming each on stderr. A script's speedup pair ({"persistent", "row"}: strategies)
 -- is left out when the result lacks either variant (--variants left it out, or the device has
@@ -414,8 +459,16 @@ end
 -- (--variants rmsnorm.fwd.auto,...). The variants are the sweep's (meta.sweep), so that every
 -- shard of a sweep, an empty one too, keeps the same pairs; the pairs kept go into
 -- r.meta.print, so that the JSON written (and `normlab merge` of shards) prints them too.
--- Returns r.
+-- print_opts.crossover = true (print_opts.file the only other option) prints and writes the
+-- crossover view instead (normlab.crossover: a line per cell; --svg its heat map, --csv a line
+-- per cell, --json the Result with meta.crossover) and records meta.print = {crossover = true}
+-- alike. Returns r.
 function cli.emit(r, args, print_opts)
+  if print_opts and print_opts.crossover then
+    if type(r.meta) == "table" then r.meta.print = {crossover = true} end
+    write_view(require("normlab.crossover").new(r), args, {file = print_opts.file})
+    return r
+  end
   local sp = print_opts and print_opts.speedup
   if sp then
     -- the result's variants, by name as asked and by strategy
@@ -445,28 +498,7 @@ function cli.emit(r, args, print_opts)
   if type(r.meta) == "table" then
     r.meta.print = print_opts and print_opts.speedup and {speedup = print_opts.speedup} or nil
   end
-  r:print(print_opts)
-  local function wrote(path) io.stderr:write("wrote ", path, "\n") end
-  if args.csv then
-    r:csv(args.csv)
-    wrote(args.csv)
-  end
-  if args.json then
-    r:json(args.json)
-    wrote(args.json)
-  end
-  if args.markdown then
-    local mopts = {path = args.markdown}
-    for k, v in pairs(print_opts or {}) do
-      if k ~= "file" then mopts[k] = v end
-    end
-    r:markdown(mopts)
-    wrote(args.markdown)
-  end
-  if args.svg then
-    r:svg(args.svg)
-    wrote(args.svg)
-  end
+  write_view(r, args, print_opts)
   return r
 end
 

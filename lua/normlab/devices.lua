@@ -246,7 +246,7 @@ function M.main(args, argv)
   local list, why = M.parse(args.devices)
   if not list then error(cli.usage_error(why)) end
   local r, lost = M.run(list, argv)
-  cli.emit(r, args, {speedup = r.meta.print and r.meta.print.speedup})
+  cli.emit(r, args, require("normlab.util").copy(r.meta.print or {}))
   for _, l in ipairs(lost) do
     io.stderr:write("lost: ", l.reason, "\n")
   end

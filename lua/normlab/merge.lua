@@ -8,7 +8,7 @@
 -- Every input must carry meta.sweep (normlab.sweep: the sweep's identity, its cell count and
 -- hash) and, when it is a shard, meta.shard = {index, count, cells}. merge refuses, naming the
 -- input and what differs: inputs of different sweeps (any identity field, the device model,
--- the speedup pairs printed), different settings, shards of different splits (I/N with
+-- the speedup pairs or other table printed), different settings, shards of different splits (I/N with
 -- another N), the same shard twice, a cell in two inputs, a row outside its input's cells
 -- or outside the sweep, and cells (or rows) that no input has. The merged rows come in the
 -- unsharded run's order (cell by cell, variants in the sweep's order); the merged meta is
@@ -110,17 +110,22 @@ local function same_sweep(first, inp)
   end
 end
 
--- Refuses inputs that recorded different speedup pairs (inputs from nl.bench record none).
+-- Refuses inputs that recorded different tables to print: different speedup pairs, or one
+-- the crossover view and another not (inputs from nl.bench record none).
 local function same_print(inputs)
   local first
   for _, inp in ipairs(inputs) do
     local m = inp.result.meta
-    local sp = type(m.print) == "table" and m.print.speedup
-    if sp then
-      first = first or {inp = inp, sp = sp}
-      if sweep.canon(first.sp) ~= sweep.canon(sp) then
-        fail("%s and %s print different speedup pairs: %s in %s but %s in %s", first.inp.name,
-          inp.name, sweep.canon(first.sp), first.inp.name, sweep.canon(sp), inp.name)
+    local pr = type(m.print) == "table" and m.print
+    if pr then
+      first = first or {inp = inp, pr = pr}
+      if sweep.canon(first.pr) ~= sweep.canon(pr) then
+        local a, b, what = first.pr, pr, "tables"
+        if sweep.canon(a.speedup) ~= sweep.canon(b.speedup) then
+          a, b, what = a.speedup, b.speedup, "speedup pairs"
+        end
+        fail("%s and %s print different %s: %s in %s but %s in %s", first.inp.name, inp.name,
+          what, sweep.canon(a), first.inp.name, sweep.canon(b), inp.name)
       end
     end
   end
@@ -288,6 +293,8 @@ function M.merge(spec)
   for k, v in pairs(first.result.meta) do meta[k] = v end
   meta.shard = nil
   meta.sources = nil
+  -- a shard's crossover summary covers its cells only; the crossover view recomputes it
+  meta.crossover = nil
   meta.merged = {}
   local sources = {}
   -- in shard order; a shard that holds no cell (N above the cell count) may be left out
@@ -314,7 +321,8 @@ function M.merge(spec)
 end
 
 -- `normlab merge a.json b.json ... [--json f] [--csv f] [--markdown f] [--svg f]`: the
--- executable runs this with the arguments after `merge`. Prints the merged table; a bad
+-- executable runs this with the arguments after `merge`. Prints the merged table (the one
+-- the shards' script printed: meta.print, the crossover view too); a bad
 -- command line or a refusal is a usage error (the message alone, status 1).
 function M.main(...)
   local cli = require("normlab.cli")
@@ -328,7 +336,8 @@ function M.main(...)
   p:option("--json", "Write the merged result as JSON to this file."):argname("<path>")
   p:option("--csv", "Write the rows as CSV to this file."):argname("<path>")
   p:option("--markdown", "Write the table as markdown to this file."):argname("<path>")
-  p:option("--svg", "Write a GB/s chart as SVG to this file."):argname("<path>")
+  p:option("--svg", "Write the chart as SVG to this file (GB/s bars, or the heat map of "
+    .. "crossover shards)."):argname("<path>")
   local argv = {...}
   local ok, args = p:pparse(argv)
   if not ok then
@@ -345,7 +354,7 @@ function M.main(...)
   if not okm then
     error(cli.usage_error((tostring(r):gsub("^[^\n]-:%d+: ", "", 1))))
   end
-  cli.emit(r, args, {speedup = r.meta.print and r.meta.print.speedup})
+  cli.emit(r, args, util.copy(r.meta.print or {}))
   return r
 end
 

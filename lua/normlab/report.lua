@@ -256,8 +256,8 @@ local function cell_text(row, meta, opts)
   return s
 end
 
--- Header lines: what ran where, how it was timed, against which roofline.
-local function header(self, nops, lines)
+-- Header lines: what (the op) ran where, how it was timed, against which roofline.
+local function header(self, what)
   local m = self.meta or {}
   local sources = m.sources or {m}
   local devices, roofs, seen = {}, {}, {}
@@ -270,7 +270,6 @@ local function header(self, nops, lines)
       if finite(s.roofline_gbps) then roofs[#roofs + 1] = num(s.roofline_gbps) .. " GB/s" end
     end
   end
-  local what = nops == 1 and lines[1] and lines[1].op or "normlab bench"
   local mode = m.mode and tostring(m.mode) or "?"
   if m.outputs == "shared" then mode = mode .. " (outputs shared across sets)" end
   if m.graph then mode = mode .. " + CUDA graph" end
@@ -281,6 +280,11 @@ local function header(self, nops, lines)
     m.version and format(", normlab %s", tostring(m.version)) .. (m.binding and
       format(" (%s)", tostring(m.binding)) or "") or "")
   return out
+end
+
+-- What a table of these lines shows: their op, or "normlab bench" for several.
+local function title(nops, lines)
+  return nops == 1 and lines[1] and lines[1].op or "normlab bench"
 end
 
 -- The table as strings: the header cells, the body lines, the number of key columns, the
@@ -359,8 +363,9 @@ end
 
 -- Result methods -----------------------------------------------------------------------------
 
-local function render_text(self, opts)
-  local head, body, nkeys, notes, summary, nops, lines = grid(self, opts)
+-- Aligned text columns: the header cells, a rule, then the body's lines, appended to out;
+-- column i is left-aligned when left(i) is true, else right-aligned.
+local function text_table(out, head, body, left)
   local widths = {}
   for i, h in ipairs(head) do widths[i] = #h end
   for _, cells in ipairs(body) do
@@ -369,26 +374,29 @@ local function render_text(self, opts)
     end
   end
   local function render(cells)
-    local out = {}
-    for i, c in ipairs(cells) do
-      -- op and dtype read left-aligned; numbers and cells right-aligned.
-      local left = (i == nkeys) or (nops > 1 and i == 1)
-      out[i] = pad(c, widths[i], left)
-    end
-    return (concat(out, "  "):gsub("%s+$", ""))
-  end
-  local out = header(self, nops, lines)
-  out[#out + 1] = legend(opts)
-  out[#out + 1] = ""
-  if #body == 0 then
-    out[#out + 1] = "(no rows)"
-    return concat(out, "\n") .. "\n"
+    local parts = {}
+    for i, c in ipairs(cells) do parts[i] = pad(c, widths[i], left(i)) end
+    return (concat(parts, "  "):gsub("%s+$", ""))
   end
   out[#out + 1] = render(head)
   local rule = {}
   for i = 1, #head do rule[i] = rep("-", widths[i]) end
   out[#out + 1] = concat(rule, "  ")
   for _, cells in ipairs(body) do out[#out + 1] = render(cells) end
+  return out
+end
+
+local function render_text(self, opts)
+  local head, body, nkeys, notes, summary, nops, lines = grid(self, opts)
+  local out = header(self, title(nops, lines))
+  out[#out + 1] = legend(opts)
+  out[#out + 1] = ""
+  if #body == 0 then
+    out[#out + 1] = "(no rows)"
+    return concat(out, "\n") .. "\n"
+  end
+  -- op and dtype read left-aligned; numbers and cells right-aligned.
+  text_table(out, head, body, function(i) return i == nkeys or (nops > 1 and i == 1) end)
   if #summary > 0 then
     out[#out + 1] = ""
     for _, s in ipairs(summary) do out[#out + 1] = s end
@@ -416,26 +424,37 @@ end
 
 -- The wide table as GitHub markdown, header lines as a paragraph above it; opts.path: also
 -- write it there.
-local function render_markdown(self, opts)
-  local head, body, nkeys, notes, summary, nops, lines = grid(self, opts)
-  local function esc(s) return (s:gsub("|", "\\|")) end
+local function esc(s) return (s:gsub("|", "\\|")) end
+
+-- A GitHub markdown table (header, alignment row, body) appended to out; column i is
+-- left-aligned when left(i) is true.
+local function markdown_table(out, head, body, left)
   local function row(cells)
-    local out = {}
-    for i, c in ipairs(cells) do out[i] = esc(c) end
-    return "| " .. concat(out, " | ") .. " |"
+    local parts = {}
+    for i, c in ipairs(cells) do parts[i] = esc(c) end
+    return "| " .. concat(parts, " | ") .. " |"
   end
-  local out = header(self, nops, lines)
-  out[1] = "**" .. esc(out[1]) .. "**  "
-  out[2] = esc(out[2]) .. "  "
-  out[#out + 1] = esc(legend(opts))
-  out[#out + 1] = ""
   out[#out + 1] = row(head)
   local align = {}
-  for i = 1, #head do
-    align[i] = ((i == nkeys) or (nops > 1 and i == 1)) and ":---" or "---:"
-  end
+  for i = 1, #head do align[i] = left(i) and ":---" or "---:" end
   out[#out + 1] = "| " .. concat(align, " | ") .. " |"
   for _, cells in ipairs(body) do out[#out + 1] = row(cells) end
+  return out
+end
+
+-- The header lines of a markdown document: the first bold, each ending in a line break.
+local function markdown_header(lines)
+  local out = {}
+  for i, l in ipairs(lines) do out[i] = (i == 1 and "**" .. esc(l) .. "**" or esc(l)) .. "  " end
+  return out
+end
+
+local function render_markdown(self, opts)
+  local head, body, nkeys, notes, summary, nops, lines = grid(self, opts)
+  local out = markdown_header(header(self, title(nops, lines)))
+  out[#out + 1] = esc(legend(opts))
+  out[#out + 1] = ""
+  markdown_table(out, head, body, function(i) return i == nkeys or (nops > 1 and i == 1) end)
   if #summary + #notes > 0 then out[#out + 1] = "" end
   for _, s in ipairs(summary) do out[#out + 1] = "- " .. esc(s) end
   for _, s in ipairs(notes) do out[#out + 1] = "- " .. esc(s) end
@@ -630,7 +649,7 @@ function Result:svg(path)
   local bar = nv > 4 and 8 or 12
   local groupw = nv * bar + 14
   local left, right, topm, bottom = 64, 16, 40, 96
-  local h = header(self, 1, lines)
+  local h = header(self, title(1, lines))
   -- Wide enough for the bars and for the header text (about 6.5 px a character at 11 px);
   -- the groups spread over whatever width that gives.
   local plotw = floor(math.max(#lines * groupw, 360, #h[1] * 8 - left, #h[2] * 6.5 - left))
@@ -833,5 +852,19 @@ function report.new(rows, meta)
 end
 
 report.Result = Result
+
+-- The pieces other views of a Result build on (normlab.crossover): the lines of its table
+-- (layout: lines {op, M, N, dtype, cells = {variant -> row}}, the variants in column order,
+-- the number of ops), the header lines, aligned text and markdown tables, the text of a
+-- failed row, number formats, XML escapes and the chart palette.
+report.layout = layout
+report.header = header
+report.text_table = text_table
+report.markdown_table = markdown_table
+report.markdown_header = markdown_header
+report.fail_text = fail_text
+report.fmt = {int = int, num = num, percent = percent, csv = csv_field, xml = xml,
+  strategy = strategy, finite = finite}
+report.PALETTE = PALETTE
 
 return report

@@ -445,18 +445,22 @@ end
 -- nl.tune_cache([path]) -> {file, state, entries, reason}: the cache `auto` consults on the
 -- default device. path: a file (*.json) or a directory to use from now on, false to turn
 -- the cache off, true for the default again (NORMLAB_TUNE_CACHE, else XDG).
+local function choose(who, path)
+  if path == true then
+    override = nil
+  elseif path == false then
+    override = false
+  elseif type(path) == "string" and path ~= "" then
+    override = path
+  else
+    util.failf("%s: expected a path, true or false, got %s", who, util.show(path))
+  end
+  memo = {}
+end
+
 function M.cache(path)
   if path ~= nil then
-    if path == true then
-      override = nil
-    elseif path == false then
-      override = false
-    elseif type(path) == "string" and path ~= "" then
-      override = path
-    else
-      util.failf("tune_cache: expected a path, true or false, got %s", util.show(path))
-    end
-    memo = {}
+    choose("tune_cache", path)
   end
   local c = M.load(buffer.device())
   local n = 0
@@ -465,6 +469,23 @@ function M.cache(path)
   end
   return {file = c.file, state = c.state, entries = c.state == "loaded" and n or 0,
     reason = c.reason}
+end
+
+-- fn(...) with the cache `path` in force (as nl.tune_cache takes it: a path, false for off,
+-- true for the environment's), the previous choice back after it whether fn fails or not;
+-- fn's results. experiments/crossover.lua runs `auto` without and with the cache so.
+function M.with_cache(path, fn, ...)
+  local saved = override
+  choose("with_cache", path)
+  local function pack(...)
+    return {n = select("#", ...), ...}
+  end
+  local res = pack(pcall(fn, ...))
+  override, memo = saved, {}
+  if not res[1] then
+    error(res[2], 0)
+  end
+  return (table.unpack or unpack)(res, 2, res.n)
 end
 
 -- One line for `normlab --list`.
