@@ -12,7 +12,7 @@
 #include "cuda/nlk_cuda.h"
 
 const nlk_strategy *const nl__cuda_kernels[] = {nlk_cuda_fwd, nlk_cuda_bwd, NULL};
-const nlk_strategy *const nl__cuda_transpose_kernels[] = {NULL};
+const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NULL};
 
 #define DTYPES (NL_DT(NL_F32) | NL_DT(NL_F16) | NL_DT(NL_BF16))
 #define PARTIALS NL_RED(NL_REDUCE_PARTIALS)
@@ -57,6 +57,14 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
   if (k->M >= kn->rms_bwd.partials_min_m)
     return atomic ? "persistent" : "partials";
   return "row";
+}
+
+/* The transpose op: tiled everywhere (naive is the baseline it is measured against). */
+static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
+{
+  (void)kn;
+  (void)k;
+  return "tiled";
 }
 
 /* A forward and a backward line: the op's name and value, the strategy, (backward) the dW
@@ -113,6 +121,12 @@ const nl_variant nl__cuda_variants[] = {
   NORM_ENTRIES("rmsnorm", NL_OP_RMSNORM),
   NORM_ENTRIES("layernorm", NL_OP_LAYERNORM),
   NORM_ENTRIES("add_rmsnorm", NL_OP_ADD_RMSNORM),
+  TRANSPOSE("naive", NULL, "one element per thread, a 32 x 8 block per 32 x 32 tile: reads along "
+            "x's rows, writes strided along yt's columns (the baseline)", TR_LIMITS),
+  TRANSPOSE("tiled", NULL, "transpose.tile_m x transpose.tile_n tiles through shared memory "
+            "(XOR-swizzled: no bank conflicts), 16-byte loads along x's rows and 16-byte "
+            "stores along yt's, cast and amax on the way", TR_LIMITS),
+  TRANSPOSE("auto", auto_transpose, "tiled", AUTO_LIMITS),
 };
 
 const int nl__cuda_variant_count = (int)(sizeof nl__cuda_variants / sizeof nl__cuda_variants[0]);
