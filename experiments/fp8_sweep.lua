@@ -36,6 +36,10 @@ p:option("--scaling", "The fp8 scaling: delayed or current."):argname("<how>"):d
     return nil, "--scaling: expected delayed or current, got '" .. s .. "'"
   end)
 local args = cli.parse(p, nil, {devices = false})
+if args.op == "transpose" then
+  error(cli.usage_error(p:get_usage() .. "\n\nError: --op: the norm whose fp8 output is measured "
+    .. "(rmsnorm, layernorm or add_rmsnorm); the transposes alone are columns of the table"))
+end
 if args.shard then
   error(cli.usage_error(p:get_usage() .. "\n\nError: --shard: this table merges several sweeps; "
     .. "run it whole"))
