@@ -25,7 +25,10 @@ namespace nlk {
 
 namespace {
 
-enum { TR_THREADS = 256, NAIVE_ROWS = TR_THREADS / 32 };
+/* TR_THREADS per CTA; LOAD_BATCH: a tiled thread's 16-byte loads in flight before it converts
+ * and stores them (4 x 16 bytes x 2048 threads keeps 128 KB per SM in flight, what HBM3
+ * needs; one at a time, the loads wait on each other's latency). */
+enum { TR_THREADS = 256, NAIVE_ROWS = TR_THREADS / 32, LOAD_BATCH = 4 };
 
 /* What an element becomes: the same bits, or fp8 with the scale. */
 enum class Cast { COPY, E4M3, E5M2 };
@@ -139,7 +142,8 @@ template <int E> __device__ __forceinline__ uint4 column_chunk(const unsigned (&
 }
 
 /* tiled: one CTA per tile (tiles of rows past 65535 CTAs in y: a stride). Load: each thread
- * takes 16-byte chunks of the tile's rows (VI elements of x), converts them (amax on the way),
+ * takes 16-byte chunks of the tile's rows (VI elements of x), LOAD_BATCH of them issued before
+ * any is used, converts them (amax on the way),
  * writes the cast copy y from registers and the tile to shared memory. Transposing read: a
  * thread takes one word column of V rows (RB row blocks of a warp side by side, so a warp's
  * stores are RB x 16 contiguous bytes of 32 / RB yt rows), permutes bytes into 4 / E chunks
@@ -168,40 +172,50 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
 
   for (int tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
     const int i0 = tm * a.tile_m;
-    for (int c = threadIdx.x; c < loads; c += TR_THREADS) {
-      const int r = c / chunks_per_row, col = c % chunks_per_row * VI;
-      const int64_t i = (int64_t)i0 + r;
-      const int j = j0 + col;
-      if (i >= a.M || j >= a.N)
-        continue;
-      Pack<TI, VI> in;
-      const bool full = a.vec && j + VI <= a.N;
-      if (full) {
-        in = load<TI, VI>(a.x, i, a.sx, j / VI);
-      } else {
+    for (int c0 = threadIdx.x; c0 < loads; c0 += TR_THREADS * LOAD_BATCH) {
+      Pack<TI, VI> in[LOAD_BATCH];
 #pragma unroll
-        for (int e = 0; e < VI; e++)
-          in.v[e] = j + e < a.N ? static_cast<const TI *>(a.x)[i * a.sx + j + e] : TI{};
-      }
-      Pack<TO, VI> out;
-#pragma unroll
-      for (int e = 0; e < VI; e++) {
-        if (a.track && j + e < a.N)
-          am = max(am, abs_of(in.v[e]));
-        out.v[e] = cast<TI, C>(in.v[e], scale);
-      }
-      if (a.y) {
-        if (full) {
-          store<TO, VI, true>(a.y, i, a.sy, j / VI, out);
+      for (int b = 0; b < LOAD_BATCH; b++) {
+        const int c = c0 + b * TR_THREADS, r = c / chunks_per_row, j = j0 + c % chunks_per_row * VI;
+        const int64_t i = (int64_t)i0 + r;
+        if (c >= loads || i >= a.M || j >= a.N)
+          continue;
+        if (a.vec && j + VI <= a.N) {
+          in[b] = load<TI, VI>(a.x, i, a.sx, j / VI);
         } else {
 #pragma unroll
           for (int e = 0; e < VI; e++)
-            if (j + e < a.N)
-              static_cast<TO *>(a.y)[i * a.sy + j + e] = out.v[e];
+            in[b].v[e] = j + e < a.N ? static_cast<const TI *>(a.x)[i * a.sx + j + e] : TI{};
         }
       }
-      const int word = (col * E / 4) ^ t.swz(r, V);
-      *reinterpret_cast<Pack<TO, VI> *>(tile + (size_t)r * t.pw * 4 + (size_t)word * 4) = out;
+#pragma unroll
+      for (int b = 0; b < LOAD_BATCH; b++) {
+        const int c = c0 + b * TR_THREADS, r = c / chunks_per_row, col = c % chunks_per_row * VI;
+        const int64_t i = (int64_t)i0 + r;
+        const int j = j0 + col;
+        if (c >= loads || i >= a.M || j >= a.N)
+          continue;
+        const bool full = a.vec && j + VI <= a.N;
+        Pack<TO, VI> out;
+#pragma unroll
+        for (int e = 0; e < VI; e++) {
+          if (a.track && j + e < a.N)
+            am = max(am, abs_of(in[b].v[e]));
+          out.v[e] = cast<TI, C>(in[b].v[e], scale);
+        }
+        if (a.y) {
+          if (full) {
+            store<TO, VI, true>(a.y, i, a.sy, j / VI, out);
+          } else {
+#pragma unroll
+            for (int e = 0; e < VI; e++)
+              if (j + e < a.N)
+                static_cast<TO *>(a.y)[i * a.sy + j + e] = out.v[e];
+          }
+        }
+        const int word = (col * E / 4) ^ t.swz(r, V);
+        *reinterpret_cast<Pack<TO, VI> *>(tile + (size_t)r * t.pw * 4 + (size_t)word * 4) = out;
+      }
     }
     __syncthreads();
     for (int it = threadIdx.x; it < reads; it += TR_THREADS) {
