@@ -35,18 +35,6 @@ static void sets_free(bench_sets *s)
   memset(s, 0, sizeof *s);
 }
 
-/* Whether field f of a is written by the op: y, residual_out, dx, dw, db, and the row
- * statistics of a forward pass (a backward pass, which has dy, reads them). */
-static int is_output(const nl_norm_args *a, int f)
-{
-  const size_t off = nl__arg_offsets[f];
-  if (off == offsetof(nl_norm_args, rstd) || off == offsetof(nl_norm_args, mean))
-    return a->dy == NULL;
-  return off == offsetof(nl_norm_args, y) || off == offsetof(nl_norm_args, residual_out) ||
-         off == offsetof(nl_norm_args, dx) || off == offsetof(nl_norm_args, dw) ||
-         off == offsetof(nl_norm_args, db);
-}
-
 /* Clones the distinct buffers of proto into count - 1 more sets, keeping aliases (dx == dy,
  * residual_out == residual) as aliases, then plans every set. With share_outputs the output
  * buffers that alias no input are set 0's in every set. */
@@ -79,7 +67,7 @@ static nl_status sets_make(nl_ctx *ctx, const char *variant, const nl_norm_args 
         *nl__arg_slot(a, f) = *nl__arg_slot(a, g);
         continue;
       }
-      if (share_outputs && is_output(proto, f))
+      if (share_outputs && nl__arg_written(proto, f))
         continue; /* *a = *proto already holds set 0's buffer */
       st = nl__buf_clone(ctx, orig, nl__arg_slot(a, f));
       if (st == NL_OK)
@@ -90,10 +78,8 @@ static nl_status sets_make(nl_ctx *ctx, const char *variant, const nl_norm_args 
     st = nl__plan(ctx, variant, &s->args[k], &s->plans[k]);
   if (st == NL_OK)
     st = nl__plan_workspace(ctx, &s->plans[0]);
-  for (int k = 1; k < count && st == NL_OK; k++) {
-    s->plans[k].k.ws = s->plans[0].k.ws;
-    s->plans[k].k.ws_bytes = s->plans[0].k.ws_bytes;
-  }
+  for (int k = 1; k < count && st == NL_OK; k++)
+    nl__plan_use_workspace(&s->plans[k], s->plans[0].k.ws);
   if (st != NL_OK)
     sets_free(s);
   return st;
@@ -106,7 +92,7 @@ static int64_t set_bytes(const nl_norm_args *a, int inputs_only)
   for (int f = 0; f < N_FIELDS; f++) {
     nl_buf *b = nl__arg(a, f);
     int g, dup = 0;
-    if (!b || (inputs_only && is_output(a, f)))
+    if (!b || (inputs_only && nl__arg_written(a, f)))
       continue;
     for (g = 0; g < f; g++)
       dup |= nl__arg(a, g) == b;

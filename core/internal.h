@@ -35,6 +35,7 @@ typedef struct nl_knobs {
   /* the kernels' tuning, copied into nlk_norm */
   nlk_fwd_tune fwd;
   nlk_bwd_tune bwd;
+  nlk_transpose_tune tr;
 } nl_knobs;
 
 /* build_id.c, generated: SHA-256 over kernels/, the registry lines and the build configuration */
@@ -106,8 +107,8 @@ size_t nl__buf_row_bytes(const nl_buf *b);
 nl_status nl__buf_clone(nl_ctx *ctx, const nl_buf *src, nl_buf **out); /* same layout and contents */
 
 /* registry.c: the buffer fields of nl_norm_args (x, residual, dy, dres, w, b, rstd, mean, y,
- * residual_out, dx, dw, db, in that order) for code that walks all of them. */
-enum { NL_ARG_COUNT = 13 };
+ * residual_out, dx, dw, db, yt, scale, amax, in that order) for code that walks all of them. */
+enum { NL_ARG_COUNT = 16 };
 extern const size_t nl__arg_offsets[NL_ARG_COUNT];
 
 static inline nl_buf *nl__arg(const nl_norm_args *a, int f)
@@ -130,9 +131,20 @@ typedef struct nl_plan {
   nlk_norm k;
   int64_t bytes;
   int32_t deterministic;
+  int32_t transpose;        /* nl_transpose that writes yt (0: no yt) */
+  int32_t amax_given;       /* the caller's amax buffer (else current scaling's is scratch) */
+  /* NL_TRANSPOSE_EXTERNAL: the backend's tiled transpose of y into yt, launched after v */
+  const nlk_strategy *ext;
+  nlk_norm ext_k;
 } nl_plan;
 nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, nl_plan *plan);
 nl_status nl__plan_workspace(nl_ctx *ctx, nl_plan *plan);
+/* Points the plan at workspace ws, allocated for a plan of the same variant and arguments
+ * (bench's buffer sets share one). */
+void nl__plan_use_workspace(nl_plan *plan, void *ws);
+/* Whether the op writes buffer field f of a (its outputs; a forward's statistics; the scale
+ * under current scaling). */
+int nl__arg_written(const nl_norm_args *a, int f);
 nl_status nl__launch(nl_ctx *ctx, nl_plan *plan);
 void nl__plan_info(const nl_plan *plan, nl_run_info *info);
 

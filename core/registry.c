@@ -10,52 +10,70 @@
 
 #include "registry.h"
 
-static const char *const op_names[] = {"rmsnorm", "layernorm", "add_rmsnorm"};
+static const char *const op_names[] = {"rmsnorm", "layernorm", "add_rmsnorm", "transpose"};
 static const char *const pass_names[] = {"fwd", "bwd"};
 static const char *const reduce_names[] = {"default", "temp", "partials", "atomic"};
+static const char *const scaling_names[] = {"delayed", "current"};
+static const char *const transpose_names[] = {"default", "strided", "external", "fused_tiled"};
+enum { N_OPS = (int)(sizeof op_names / sizeof op_names[0]) };
 
 /* ---- the argument table: which fields each op and pass reads and writes ---- */
 
 enum field { F_X, F_RES, F_DY, F_DRES, F_W, F_B, F_RSTD, F_MEAN, F_Y, F_RES_OUT, F_DX, F_DW, F_DB,
-             F_COUNT = NL_ARG_COUNT };
+             F_YT, F_SCALE, F_AMAX, F_COUNT = NL_ARG_COUNT };
 
 const size_t nl__arg_offsets[NL_ARG_COUNT] = {
   offsetof(nl_norm_args, x), offsetof(nl_norm_args, residual), offsetof(nl_norm_args, dy),
   offsetof(nl_norm_args, dres), offsetof(nl_norm_args, w), offsetof(nl_norm_args, b),
   offsetof(nl_norm_args, rstd), offsetof(nl_norm_args, mean), offsetof(nl_norm_args, y),
   offsetof(nl_norm_args, residual_out), offsetof(nl_norm_args, dx), offsetof(nl_norm_args, dw),
-  offsetof(nl_norm_args, db),
+  offsetof(nl_norm_args, db), offsetof(nl_norm_args, yt), offsetof(nl_norm_args, scale),
+  offsetof(nl_norm_args, amax),
 };
 enum use { NO = 0, REQ = 1, OPT = 2 };
-enum kind { ACT, VEC, STAT };
+/* ACT: [M, N] of x's dtype; OUT: y, [M, N] of x's dtype or (forward) fp8; TRANS: [N, M] of y's
+ * dtype; VEC: [N]; STAT: fp32 [M]; ONE: fp32 [1] */
+enum kind { ACT, OUT, TRANS, VEC, STAT, ONE };
 
 static const struct {
   const char *name;
   enum kind kind;
 } fields[F_COUNT] = {
   {"x", ACT}, {"residual", ACT}, {"dy", ACT}, {"dres", ACT}, {"w", VEC}, {"b", VEC},
-  {"rstd", STAT}, {"mean", STAT}, {"y", ACT}, {"residual_out", ACT}, {"dx", ACT}, {"dw", VEC},
-  {"db", VEC},
+  {"rstd", STAT}, {"mean", STAT}, {"y", OUT}, {"residual_out", ACT}, {"dx", ACT}, {"dw", VEC},
+  {"db", VEC}, {"yt", TRANS}, {"scale", ONE}, {"amax", ONE},
 };
 
-/* use[op][pass][field]; dw and db are further tied to the presence of w and b. */
-static const unsigned char use[3][2][F_COUNT] = {
-  /*            x    res  dy   dres w    b    rstd mean y    rout dx   dw   db */
+/* use[op][pass][field]; dw and db are further tied to the presence of w and b, scale and amax
+ * to an fp8 y. The transpose op has a forward only. */
+static const unsigned char use[N_OPS][2][F_COUNT] = {
+  /*            x    res  dy   dres w    b    rstd mean y    rout dx   dw   db   yt   scal amax */
   [NL_OP_RMSNORM] = {
-    {REQ, NO,  NO,  NO,  OPT, NO,  OPT, NO,  REQ, NO,  NO,  NO,  NO},
-    {REQ, NO,  REQ, NO,  OPT, NO,  REQ, NO,  NO,  NO,  REQ, OPT, NO}},
+    {REQ, NO,  NO,  NO,  OPT, NO,  OPT, NO,  REQ, NO,  NO,  NO,  NO,  OPT, OPT, OPT},
+    {REQ, NO,  REQ, NO,  OPT, NO,  REQ, NO,  NO,  NO,  REQ, OPT, NO,  NO,  NO,  NO}},
   [NL_OP_LAYERNORM] = {
-    {REQ, NO,  NO,  NO,  OPT, OPT, OPT, OPT, REQ, NO,  NO,  NO,  NO},
-    {REQ, NO,  REQ, NO,  OPT, OPT, REQ, REQ, NO,  NO,  REQ, OPT, OPT}},
+    {REQ, NO,  NO,  NO,  OPT, OPT, OPT, OPT, REQ, NO,  NO,  NO,  NO,  OPT, OPT, OPT},
+    {REQ, NO,  REQ, NO,  OPT, OPT, REQ, REQ, NO,  NO,  REQ, OPT, OPT, NO,  NO,  NO}},
   [NL_OP_ADD_RMSNORM] = {
-    {REQ, REQ, NO,  NO,  OPT, NO,  OPT, NO,  REQ, REQ, NO,  NO,  NO},
-    {REQ, NO,  REQ, OPT, OPT, NO,  REQ, NO,  NO,  NO,  REQ, OPT, NO}},
+    {REQ, REQ, NO,  NO,  OPT, NO,  OPT, NO,  REQ, REQ, NO,  NO,  NO,  OPT, OPT, OPT},
+    {REQ, NO,  REQ, OPT, OPT, NO,  REQ, NO,  NO,  NO,  REQ, OPT, NO,  NO,  NO,  NO}},
+  [NL_OP_TRANSPOSE] = {
+    {REQ, NO,  NO,  NO,  NO,  NO,  NO,  NO,  OPT, NO,  NO,  NO,  NO,  REQ, OPT, OPT},
+    {NO,  NO,  NO,  NO,  NO,  NO,  NO,  NO,  NO,  NO,  NO,  NO,  NO,  NO,  NO,  NO}},
 };
 
-static int is_output(int pass, enum field f)
+/* Whether the op writes field f: the outputs, a forward's statistics, and the scale that
+ * current scaling computes. */
+static int is_output(int pass, int scaling, enum field f)
 {
-  return f == F_Y || f == F_RES_OUT || f == F_DX || f == F_DW || f == F_DB ||
-         (pass == NL_FWD && (f == F_RSTD || f == F_MEAN));
+  return f == F_Y || f == F_RES_OUT || f == F_DX || f == F_DW || f == F_DB || f == F_YT ||
+         f == F_AMAX || (pass == NL_FWD && (f == F_RSTD || f == F_MEAN)) ||
+         (f == F_SCALE && scaling == NL_SCALING_CURRENT);
+}
+
+int nl__arg_written(const nl_norm_args *a, int f)
+{
+  return is_output(a->dy ? NL_BWD : NL_FWD, a->scaling, (enum field)f);
 }
 
 static nl_buf *field(const nl_norm_args *a, enum field f) { return nl__arg(a, (int)f); }
@@ -74,14 +92,15 @@ static nl_status parse_name(nl_ctx *ctx, const char *name, int *op, int *pass, c
     return nl__err(ctx, NL_EINVAL,
                    "variant '%s' is not of the form <op>.<pass>.<strategy> (e.g. rmsnorm.bwd.row)",
                    name);
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < N_OPS; i++)
     if ((size_t)(d1 - name) == strlen(op_names[i]) && strncmp(name, op_names[i], (size_t)(d1 - name)) == 0)
       *op = i;
   for (int i = 0; i < 2; i++)
     if ((size_t)(d2 - d1 - 1) == strlen(pass_names[i]) && strncmp(d1 + 1, pass_names[i], 3) == 0)
       *pass = i;
   if (*op < 0)
-    return nl__err(ctx, NL_EINVAL, "unknown op in '%s' (ops: rmsnorm, layernorm, add_rmsnorm)", name);
+    return nl__err(ctx, NL_EINVAL,
+                   "unknown op in '%s' (ops: rmsnorm, layernorm, add_rmsnorm, transpose)", name);
   if (*pass < 0)
     return nl__err(ctx, NL_EINVAL, "unknown pass in '%s' (passes: fwd, bwd)", name);
   if (strlen(d2 + 1) >= cap)
@@ -92,10 +111,14 @@ static nl_status parse_name(nl_ctx *ctx, const char *name, int *op, int *pass, c
 
 /* ---- the registry ---- */
 
-/* The kernels of `strategy` for a pass on a backend, from its kernel files' tables. */
-static const nlk_strategy *kernels_of(int backend, int pass, const char *strategy)
+/* The kernels of `strategy` for an op and pass on a backend, from its kernel files' tables
+ * (the norms' or the transpose op's). */
+static const nlk_strategy *kernels_of(int backend, int op, int pass, const char *strategy)
 {
-  const nlk_strategy *const *tables = backend == NL_CUDA ? nl__cuda_kernels : nl__cpu_kernels;
+  const int tr = op == NL_OP_TRANSPOSE;
+  const nlk_strategy *const *tables =
+      backend == NL_CUDA ? (tr ? nl__cuda_transpose_kernels : nl__cuda_kernels)
+                         : (tr ? nl__cpu_transpose_kernels : nl__cpu_kernels);
   for (; *tables; tables++)
     for (const nlk_strategy *s = *tables; s->name; s++)
       if (s->pass == pass && strcmp(s->name, strategy) == 0)
@@ -103,11 +126,41 @@ static const nlk_strategy *kernels_of(int backend, int pass, const char *strateg
   return NULL;
 }
 
+static const nl_variant *find(int op, int pass, const char *strategy, int backend);
+
+/* Whether variant v offers what k asks of its outputs: an fp8 y under k's scaling, and yt
+ * written the way k->transpose asks (NLK_TRANSPOSE_NONE: any way it has). NL_OK, or
+ * NL_EUNSUPPORTED with the reason in why. */
+static nl_status caps_ok(const nl_variant *v, const nlk_norm *k, char *why, size_t cap)
+{
+  if (nlk_is_fp8(k->ydt) && !(v->fp8 & NL_SC(k->scaling))) {
+    if (v->fp8)
+      snprintf(why, cap, "%s: %s scaling of an fp8 output is not supported by this strategy",
+               v->name, scaling_names[k->scaling]);
+    else
+      snprintf(why, cap, "%s: fp8 output (%s) not supported by this strategy", v->name,
+               nlk_dtype_name(k->ydt));
+    return NL_EUNSUPPORTED;
+  }
+  if (k->yt && v->op != NL_OP_TRANSPOSE &&
+      (k->transpose ? !(v->transposes & NL_TR(k->transpose)) : !v->transposes)) {
+    if (k->transpose)
+      snprintf(why, cap, "%s: transpose '%s' (the transposed copy yt) is not supported by this strategy",
+               v->name, transpose_names[k->transpose]);
+    else
+      snprintf(why, cap, "%s: no transposed copy yt from this strategy", v->name);
+    return NL_EUNSUPPORTED;
+  }
+  return NL_OK;
+}
+
 int nl__fits(int backend, int pass, const char *strategy, const nlk_norm *k)
 {
   char why[256];
-  const nlk_strategy *s = kernels_of(backend, pass, strategy);
-  return s && (!s->supports || s->supports(k, why, sizeof why) == NLK_OK);
+  const nl_variant *v = find(k->op, pass, strategy, backend);
+  const nlk_strategy *s = kernels_of(backend, k->op, pass, strategy);
+  return v && s && caps_ok(v, k, why, sizeof why) == NL_OK &&
+         (!s->supports || s->supports(k, why, sizeof why) == NLK_OK);
 }
 
 int32_t nl_variant_count(void) { return nl__cpu_variant_count + nl__cuda_variant_count; }
@@ -127,7 +180,7 @@ nl_status nl_variant_describe(int32_t index, nl_variant_desc *out)
   const nl_variant *v = variant_at(index);
   if (!v || !out)
     return NL_EINVAL;
-  if (!v->resolve && !kernels_of(v->backend, v->pass, v->strategy))
+  if (!v->resolve && !kernels_of(v->backend, v->op, v->pass, v->strategy))
     return NL_EINTERNAL; /* a registry line naming a strategy no kernel file exports */
   out->name = v->name;
   out->op = op_names[v->op];
@@ -138,6 +191,8 @@ nl_status nl_variant_describe(int32_t index, nl_variant_desc *out)
   out->default_reduce = v->default_reduce;
   out->summary = v->summary;
   out->limits = v->limits;
+  out->fp8 = v->fp8;
+  out->transposes = v->transposes;
   return NL_OK;
 }
 
@@ -197,6 +252,7 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
   const nl_buf *x = a->x;
   char dn1[32], dn2[32];
   int64_t M, N;
+  int32_t ydt;
   memset(plan, 0, sizeof *plan);
   for (int f = 0; f < F_COUNT; f++) {
     const nl_buf *b = field(a, (enum field)f);
@@ -221,6 +277,8 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
 
   M = x->ndim == 2 ? x->rows : 1;
   N = x->cols;
+  /* y's dtype, which yt shares: the transpose op without y takes yt's */
+  ydt = a->y ? a->y->dtype : a->yt ? a->yt->dtype : x->dtype;
   for (int f = 0; f < F_COUNT; f++) {
     const nl_buf *b = field(a, (enum field)f);
     const char *fn = fields[f].name;
@@ -232,13 +290,30 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
                      nl__device_name(x->device, dn2, sizeof dn2));
     switch (fields[f].kind) {
     case ACT:
+    case OUT:
       if (b->rows != M || b->cols != N)
         return nl__err(ctx, NL_EINVAL, "%s: argument '%s' is [%lld, %lld] but x is [%lld, %lld]",
                        vname, fn, (long long)b->rows, (long long)b->cols, (long long)M,
                        (long long)N);
-      if (b->dtype != x->dtype)
+      if (fields[f].kind == OUT && b->dtype != x->dtype && !(pass == NL_FWD && nlk_is_fp8(b->dtype)))
+        return nl__err(ctx, NL_EINVAL, "%s: argument '%s' is %s but x is %s (y is x's dtype, or "
+                       "fp8e4m3 / fp8e5m2 from a forward pass)",
+                       vname, fn, nl_dtype_name(b->dtype), nl_dtype_name(x->dtype));
+      if (fields[f].kind == ACT && b->dtype != x->dtype)
         return nl__err(ctx, NL_EINVAL, "%s: argument '%s' is %s but x is %s (activations share one dtype)",
                        vname, fn, nl_dtype_name(b->dtype), nl_dtype_name(x->dtype));
+      break;
+    case TRANS:
+      if (b->rows != N || b->cols != M)
+        return nl__err(ctx, NL_EINVAL, "%s: argument '%s' is [%lld, %lld] but must be [%lld, %lld] "
+                       "(x is [%lld, %lld]; yt is y transposed)", vname, fn, (long long)b->rows,
+                       (long long)b->cols, (long long)N, (long long)M, (long long)M, (long long)N);
+      if (a->y && b->dtype != a->y->dtype)
+        return nl__err(ctx, NL_EINVAL, "%s: argument '%s' is %s but y is %s (yt is y transposed)",
+                       vname, fn, nl_dtype_name(b->dtype), nl_dtype_name(a->y->dtype));
+      if (b->dtype != x->dtype && !nlk_is_fp8(b->dtype))
+        return nl__err(ctx, NL_EINVAL, "%s: argument '%s' is %s but x is %s (yt is x's dtype or "
+                       "fp8e4m3 / fp8e5m2)", vname, fn, nl_dtype_name(b->dtype), nl_dtype_name(x->dtype));
       break;
     case VEC:
       if (b->rows != 1 || b->cols != N)
@@ -257,6 +332,14 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
         return nl__err(ctx, NL_EINVAL, "%s: argument '%s' is %s; rstd and mean are always fp32",
                        vname, fn, nl_dtype_name(b->dtype));
       break;
+    case ONE:
+      if (b->rows * b->cols != 1 || b->dtype != NL_F32)
+        return nl__err(ctx, NL_EINVAL, "%s: argument '%s' must be a 1-element fp32 buffer, got %s [%lld, %lld]",
+                       vname, fn, nl_dtype_name(b->dtype), (long long)b->rows, (long long)b->cols);
+      if (!nlk_is_fp8(ydt))
+        return nl__err(ctx, NL_EINVAL, "%s: argument '%s' comes with an fp8 output, but y is %s",
+                       vname, fn, nl_dtype_name(ydt));
+      break;
     }
   }
   if (a->dw && a->dw->dtype != a->w->dtype)
@@ -265,11 +348,26 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
   if (a->db && a->db->dtype != a->b->dtype)
     return nl__err(ctx, NL_EINVAL, "%s: argument 'db' is %s but b is %s", vname,
                    nl_dtype_name(a->db->dtype), nl_dtype_name(a->b->dtype));
+  if (a->scaling < NL_SCALING_DELAYED || a->scaling > NL_SCALING_CURRENT)
+    return nl__err(ctx, NL_EINVAL, "%s: unknown scaling %d (0 delayed, 1 current)", vname,
+                   (int)a->scaling);
+  if (a->scaling == NL_SCALING_CURRENT && !nlk_is_fp8(ydt))
+    return nl__err(ctx, NL_EINVAL, "%s: scaling 'current' needs an fp8 output, but y is %s", vname,
+                   nl_dtype_name(ydt));
+  if (a->transpose < NL_TRANSPOSE_DEFAULT || a->transpose > NL_TRANSPOSE_FUSED)
+    return nl__err(ctx, NL_EINVAL, "%s: unknown transpose %d (0 default, 1 strided, 2 external, "
+                   "3 fused_tiled)", vname, (int)a->transpose);
+  if (a->transpose != NL_TRANSPOSE_DEFAULT && op == NL_OP_TRANSPOSE)
+    return nl__err(ctx, NL_EINVAL, "%s: option transpose '%s' applies to the norms' transposed copy; "
+                   "the transpose op writes yt itself", vname, transpose_names[a->transpose]);
+  if (a->transpose != NL_TRANSPOSE_DEFAULT && !a->yt)
+    return nl__err(ctx, NL_EINVAL, "%s: option transpose '%s' needs yt, the buffer of the transposed "
+                   "copy", vname, transpose_names[a->transpose]);
 
   /* Aliasing: an output may only share its buffer with the input it overwrites in place. */
   for (int f = 0; f < F_COUNT; f++) {
     const nl_buf *b = field(a, (enum field)f);
-    if (!b || !is_output(pass, (enum field)f))
+    if (!b || !is_output(pass, a->scaling, (enum field)f))
       continue;
     for (int g = 0; g < F_COUNT; g++) {
       int allowed = (f == F_DX && g == F_DY) || (f == F_RES_OUT && g == F_RES);
@@ -280,7 +378,7 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
     }
   }
 
-  if (pass == NL_FWD && !(a->eps > 0 && isfinite(a->eps)))
+  if (pass == NL_FWD && op != NL_OP_TRANSPOSE && !(a->eps > 0 && isfinite(a->eps)))
     return nl__err(ctx, NL_EINVAL, "%s: eps must be finite and > 0, got %g", vname, a->eps);
   if (!isfinite(a->offset))
     return nl__err(ctx, NL_EINVAL, "%s: offset must be finite", vname);
@@ -296,6 +394,7 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
   plan->device = x->device;
   k->op = op;
   k->dt = x->dtype;
+  k->ydt = ydt;
   k->wdt = a->w ? a->w->dtype : NLK_NONE;
   k->bdt = a->b ? a->b->dtype : NLK_NONE;
   k->M = M;
@@ -308,7 +407,13 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
   VIEW(k->y, k->sy, a->y);
   VIEW(k->res_out, k->sres_out, a->residual_out);
   VIEW(k->dx, k->sdx, a->dx);
+  VIEW(k->yt, k->syt, a->yt);
 #undef VIEW
+  k->scale = a->scale ? a->scale->data : NULL;
+  k->amax = a->amax ? a->amax->data : NULL;
+  plan->amax_given = a->amax != NULL;
+  k->scaling = a->scaling;
+  k->transpose = a->transpose; /* as asked (NONE: the variant's choice); nl__plan resolves it */
   k->w = a->w ? a->w->data : NULL;
   k->b = a->b ? a->b->data : NULL;
   k->dw = a->dw ? a->dw->data : NULL;
@@ -334,6 +439,52 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
     }
     plan->bytes += b->rows * b->cols * nlk_dtype_size(b->dtype);
   }
+  return NL_OK;
+}
+
+/* The way a norm forward writes yt: the one asked for, else the variant's first of fused,
+ * external, strided (caps_ok has checked that it has it). External is the core's: the norm
+ * kernel sees no yt, and the backend's tiled transpose (transpose.fwd.tiled) copies y into yt
+ * after it (ext_k), bit for bit: y is already in its final dtype and scaled. */
+static nl_status plan_transpose(nl_ctx *ctx, nl_plan *plan)
+{
+  static const int order[] = {NL_TRANSPOSE_FUSED, NL_TRANSPOSE_EXTERNAL, NL_TRANSPOSE_STRIDED};
+  nlk_norm *k = &plan->k, *t = &plan->ext_k;
+  const nl_variant *tv;
+  char why[256];
+  int tr = k->transpose;
+  if (!k->yt || plan->v->op == NL_OP_TRANSPOSE) {
+    k->transpose = NLK_TRANSPOSE_NONE;
+    return NL_OK;
+  }
+  for (int i = 0; tr == NL_TRANSPOSE_DEFAULT && i < 3; i++)
+    if (plan->v->transposes & NL_TR(order[i]))
+      tr = order[i];
+  plan->transpose = tr;
+  k->transpose = tr;
+  if (tr != NL_TRANSPOSE_EXTERNAL)
+    return NL_OK;
+  tv = find(NL_OP_TRANSPOSE, NL_FWD, "tiled", plan->device.backend);
+  plan->ext = tv ? kernels_of(plan->device.backend, NL_OP_TRANSPOSE, NL_FWD, "tiled") : NULL;
+  if (!plan->ext)
+    return nl__err(ctx, NL_EINTERNAL, "%s: external transpose: no transpose.fwd.tiled on this backend",
+                   plan->v->name);
+  *t = *k;
+  t->op = NLK_TRANSPOSE;
+  t->dt = k->ydt;
+  t->x = k->y;
+  t->sx = k->sy;
+  t->res = t->dy = t->dres = t->w = t->b = NULL;
+  t->y = t->res_out = t->dx = t->dw = t->db = NULL;
+  t->rstd = t->mean = t->scale = t->amax = NULL;
+  t->scaling = NLK_SCALING_DELAYED;
+  t->transpose = NLK_TRANSPOSE_NONE;
+  t->ws = NULL;
+  t->ws_bytes = 0;
+  k->yt = NULL;
+  k->transpose = NLK_TRANSPOSE_NONE;
+  if (plan->ext->supports && plan->ext->supports(t, why, sizeof why) != NLK_OK)
+    return nl__err(ctx, NL_EUNSUPPORTED, "%s: external transpose: %s", plan->v->name, why);
   return NL_OK;
 }
 
@@ -381,6 +532,7 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
   plan->k.pdl = plan->kn.pdl;
   plan->k.fwd = plan->kn.fwd;
   plan->k.bwd = plan->kn.bwd;
+  plan->k.tr = plan->kn.tr;
   v = find(op, pass, strategy, backend);
   if (!v)
     return nl__err(ctx, NL_EUNSUPPORTED, "%s has no %s implementation (%s.%s on %s: %s)", variant,
@@ -396,7 +548,7 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
     v = r;
   }
   plan->v = v;
-  plan->ks = kernels_of(backend, pass, v->strategy);
+  plan->ks = kernels_of(backend, op, pass, v->strategy);
   if (!plan->ks)
     return nl__err(ctx, NL_EINTERNAL, "%s: no kernel file exports strategy '%s'", v->name,
                    v->strategy);
@@ -415,33 +567,68 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
     plan->k.reduce = r;
   }
   plan->deterministic = plan->k.reduce != NLK_REDUCE_ATOMIC;
+  if (caps_ok(v, &plan->k, why, sizeof why) != NL_OK)
+    return nl__err(ctx, NL_EUNSUPPORTED, "%s", why);
+  if ((st = plan_transpose(ctx, plan)) != NL_OK)
+    return st;
   if (plan->ks->supports && plan->ks->supports(&plan->k, why, sizeof why) != NLK_OK)
     return nl__err(ctx, NL_EUNSUPPORTED, "%s: %s", v->name, why);
   return NL_OK;
 }
 
+/* The strategy's scratch, then (current scaling without an amax buffer) 4 bytes for the amax
+ * the kernels reduce into, at a 16-byte aligned offset. */
+static size_t plan_ws_bytes(const nl_plan *plan, size_t *amax_at)
+{
+  size_t bytes = plan->ks->workspace ? plan->ks->workspace(&plan->k) : 0;
+  *amax_at = (bytes + 15) & ~(size_t)15;
+  if (plan->k.scaling == NLK_SCALING_CURRENT && !plan->amax_given)
+    bytes = *amax_at + 16;
+  return bytes;
+}
+
+void nl__plan_use_workspace(nl_plan *plan, void *ws)
+{
+  size_t amax_at;
+  plan->k.ws_bytes = plan_ws_bytes(plan, &amax_at);
+  plan->k.ws = plan->k.ws_bytes ? ws : NULL;
+  if (plan->k.scaling == NLK_SCALING_CURRENT && !plan->amax_given)
+    plan->k.amax = (float *)(void *)((char *)ws + amax_at);
+}
+
 nl_status nl__plan_workspace(nl_ctx *ctx, nl_plan *plan)
 {
   nl_status st = NL_OK;
-  size_t bytes = plan->ks->workspace ? plan->ks->workspace(&plan->k) : 0;
-  plan->k.ws_bytes = bytes;
-  plan->k.ws = bytes ? nl__ws(ctx, plan->device, bytes, &st) : NULL;
+  size_t amax_at, bytes = plan_ws_bytes(plan, &amax_at);
+  void *ws = bytes ? nl__ws(ctx, plan->device, bytes, &st) : NULL;
+  if (st == NL_OK)
+    nl__plan_use_workspace(plan, ws);
   return st;
 }
 
-nl_status nl__launch(nl_ctx *ctx, nl_plan *plan)
+static nl_status launched(nl_ctx *ctx, const nl_plan *plan, const nlk_norm *k, int rc)
 {
-  plan->k.cluster_dim = plan->device.backend == NL_CUDA ? 1 : 0;
-  plan->k.kernel = NULL;
-  int rc = plan->ks->launch(&plan->k);
   switch (rc) {
   case NLK_OK: return NL_OK;
-  case NLK_ERR_CUDA: return nl__cuda_check(ctx, plan->k.cuda_error, plan->v->name);
+  case NLK_ERR_CUDA: return nl__cuda_check(ctx, k->cuda_error, plan->v->name);
   case NLK_ERR_NOMEM: return nl__err(ctx, NL_ENOMEM, "%s: out of memory", plan->v->name);
   case NLK_ERR_UNSUPPORTED:
     return nl__err(ctx, NL_EUNSUPPORTED, "%s: the kernel refused these arguments", plan->v->name);
   default: return nl__err(ctx, NL_EINTERNAL, "%s: launcher returned %d", plan->v->name, rc);
   }
+}
+
+nl_status nl__launch(nl_ctx *ctx, nl_plan *plan)
+{
+  nl_status st;
+  plan->k.cluster_dim = plan->device.backend == NL_CUDA ? 1 : 0;
+  plan->k.kernel = NULL;
+  plan->k.current_passes = 0;
+  plan->k.extra_bytes = 0;
+  st = launched(ctx, plan, &plan->k, plan->ks->launch(&plan->k));
+  if (st == NL_OK && plan->ext)
+    st = launched(ctx, plan, &plan->ext_k, plan->ext->launch(&plan->ext_k));
+  return st;
 }
 
 void nl__plan_info(const nl_plan *plan, nl_run_info *info)
@@ -456,9 +643,17 @@ void nl__plan_info(const nl_plan *plan, nl_run_info *info)
   info->cluster = plan->k.cluster_dim;
   info->bytes = plan->bytes;
   info->workspace_bytes = (int64_t)plan->k.ws_bytes;
-  info->extra_bytes = 2 * (int64_t)plan->k.ws_bytes;
+  info->extra_bytes = 2 * (int64_t)plan->k.ws_bytes + plan->k.extra_bytes;
+  if (plan->ext) /* the external transpose reads y again */
+    info->extra_bytes += plan->k.M * plan->k.N * nlk_dtype_size(plan->k.ydt);
   if (plan->device.backend == NL_CUDA)
     nl__cuda_kernel_name(plan->k.kernel, info->kernel, sizeof info->kernel);
+  info->transpose = plan->transpose;
+  if (nlk_is_fp8(plan->k.ydt) && plan->k.scaling == NLK_SCALING_CURRENT)
+    snprintf(info->scaling, sizeof info->scaling, "current: %s",
+             plan->k.current_passes == 1 ? "grid barrier" : "two passes");
+  else if (nlk_is_fp8(plan->k.ydt))
+    snprintf(info->scaling, sizeof info->scaling, "delayed");
 }
 
 nl_status nl_supports(nl_ctx *ctx, const char *variant, const nl_norm_args *args)

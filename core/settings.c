@@ -101,6 +101,13 @@ static const nl_setting_def defs[] = {
    .def = 4, .min = 1, .max = 64,
    .doc = "CUDA staged forward: 16-byte packs per thread (threads per CTA = the row's packs / this, 32 to 1024)"},
 
+  {.key = "transpose.tile_m", AT(tr.tile_m, I32),
+   .def = 128, .min = 1, .max = 1024,
+   .doc = "tiled transposes (transpose.fwd.tiled, the external transposed copy): rows of x per tile, a power of two; the run of a yt row one tile writes"},
+  {.key = "transpose.tile_n", AT(tr.tile_n, I32),
+   .def = 128, .min = 1, .max = 1024,
+   .doc = "tiled transposes: columns of x per tile (yt rows per tile), a power of two; the CUDA tile of tile_m x tile_n output elements sits in shared memory (from 128 bytes of output per tile row its XOR swizzle leaves no bank conflicts)"},
+
   {.key = "rmsnorm.bwd.blockrow_max_n", AT(rms_bwd.blockrow_max_n, I64),
    .def = 0, .min = 0, .max = N24, .models = {{"H100", 256}},
    .doc = "CUDA auto backward: blockrow for N up to this and M up to blockrow_max_m (0: never)"},

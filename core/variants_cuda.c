@@ -12,11 +12,16 @@
 #include "cuda/nlk_cuda.h"
 
 const nlk_strategy *const nl__cuda_kernels[] = {nlk_cuda_fwd, nlk_cuda_bwd, NULL};
+const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NULL};
 
 #define DTYPES (NL_DT(NL_F32) | NL_DT(NL_F16) | NL_DT(NL_BF16))
 #define PARTIALS NL_RED(NL_REDUCE_PARTIALS)
 #define ATOMIC NL_RED(NL_REDUCE_ATOMIC)
 #define TEMP NL_RED(NL_REDUCE_TEMP)
+#define TR_DTYPES (DTYPES | NL_DT(NL_F8E4M3) | NL_DT(NL_F8E5M2))
+/* what the forward norm kernels offer for an fp8 y (NL_SC bits) and yt (NL_TR bits) */
+#define FP8 0
+#define YT NL_TR_EXTERNAL
 
 /* auto forward: blockrow up to blockrow_max_n columns and blockrow_max_m rows (when a warp
  * holds the row), and below row_min_n columns whatever M; then persistent from
@@ -54,19 +59,31 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
   return "row";
 }
 
+/* The transpose op: tiled everywhere (naive is the baseline it is measured against). */
+static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
+{
+  (void)kn;
+  (void)k;
+  return "tiled";
+}
+
 /* A forward and a backward line: the op's name and value, the strategy, (backward) the dW
  * reductions it offers and its default one, the resolver of `auto` (else NULL), a summary
  * and the limits. */
 #define FWD(OPNAME, OP, S, AUTO, SUMMARY, LIMITS) \
-  {OPNAME ".fwd." S, OP, NL_FWD, NL_CUDA, S, SUMMARY, LIMITS, DTYPES, 0, 0, AUTO}
+  {OPNAME ".fwd." S, OP, NL_FWD, NL_CUDA, S, SUMMARY, LIMITS, DTYPES, 0, 0, FP8, YT, AUTO}
 #define BWD(OPNAME, OP, S, RED, DEF, AUTO, SUMMARY, LIMITS) \
-  {OPNAME ".bwd." S, OP, NL_BWD, NL_CUDA, S, SUMMARY, LIMITS, DTYPES, RED, DEF, AUTO}
+  {OPNAME ".bwd." S, OP, NL_BWD, NL_CUDA, S, SUMMARY, LIMITS, DTYPES, RED, DEF, 0, 0, AUTO}
+#define TRANSPOSE(S, AUTO, SUMMARY, LIMITS) \
+  {"transpose.fwd." S, NL_OP_TRANSPOSE, NL_FWD, NL_CUDA, S, SUMMARY, LIMITS, TR_DTYPES, 0, 0, \
+   NL_FP8_ALL, 0, AUTO}
 
 #define LIMITS "any M; N <= 2^24; fp32, fp16, bf16; 16-byte packs when N and strides allow"
 #define ST_LIMITS "any M; N x element size (x 2 with a residual) within a CTA's shared memory " \
   "(227 KB on sm_90: N <= 115712 bf16); fp32, fp16, bf16"
 #define BR_LIMITS "N <= 2048 (bf16/fp16) or 1024 (fp32) with 16-byte packs, 256 / 256 without"
 #define AUTO_LIMITS "as the variant it picks"
+#define TR_LIMITS "any M, N >= 1 (M, N < 2^31); x fp32, fp16, bf16, fp8; y and yt x's dtype or fp8"
 
 #define NORM_ENTRIES(O, OP)                                                                        \
   FWD(O, OP, "row", NULL, "one CTA per row, row held in registers (RMSNorm: read twice, the "     \
@@ -105,6 +122,12 @@ const nl_variant nl__cuda_variants[] = {
   NORM_ENTRIES("rmsnorm", NL_OP_RMSNORM),
   NORM_ENTRIES("layernorm", NL_OP_LAYERNORM),
   NORM_ENTRIES("add_rmsnorm", NL_OP_ADD_RMSNORM),
+  TRANSPOSE("naive", NULL, "one element per thread, a 32 x 8 block per 32 x 32 tile: reads along "
+            "x's rows, writes strided along yt's columns (the baseline)", TR_LIMITS),
+  TRANSPOSE("tiled", NULL, "transpose.tile_m x transpose.tile_n tiles through shared memory "
+            "(XOR-swizzled: no bank conflicts), 16-byte loads along x's rows and 16-byte "
+            "stores along yt's, cast and amax on the way", TR_LIMITS),
+  TRANSPOSE("auto", auto_transpose, "tiled", AUTO_LIMITS),
 };
 
 const int nl__cuda_variant_count = (int)(sizeof nl__cuda_variants / sizeof nl__cuda_variants[0]);
@@ -113,11 +136,12 @@ const int nl__cuda_variant_count = (int)(sizeof nl__cuda_variants / sizeof nl__c
 
 /* C has no empty arrays: one unused sentinel that the count excludes. */
 const nl_variant nl__cuda_variants[] = {
-  {NULL, 0, 0, NL_CUDA, NULL, NULL, NULL, 0, 0, 0, NULL},
+  {NULL, 0, 0, NL_CUDA, NULL, NULL, NULL, 0, 0, 0, 0, 0, NULL},
 };
 
 const int nl__cuda_variant_count = 0;
 
 const nlk_strategy *const nl__cuda_kernels[] = {NULL};
+const nlk_strategy *const nl__cuda_transpose_kernels[] = {NULL};
 
 #endif

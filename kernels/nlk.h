@@ -3,8 +3,8 @@
  * variant and flattens its buffers into this plain view; kernels know nothing of the
  * registry, of buffers or of Lua. Shared by kernels/cpu (C11) and kernels/cuda (CUDA C++).
  *
- * Element types are the nl_dtype values of normlab.h (0 fp32, 1 fp16, 2 bf16, 5 fp64).
- * Strides are in elements. Pointers that an op does not use are NULL.
+ * Element types are the nl_dtype values of normlab.h (0 fp32, 1 fp16, 2 bf16, 3 fp8e4m3,
+ * 4 fp8e5m2, 5 fp64). Strides are in elements. Pointers that an op does not use are NULL.
  */
 #ifndef NLK_H
 #define NLK_H
@@ -20,7 +20,12 @@ enum { NLK_F32 = 0, NLK_F16 = 1, NLK_BF16 = 2, NLK_F8E4M3 = 3, NLK_F8E5M2 = 4, N
 enum { NLK_NONE = -1 };
 enum { NLK_CAST_LLAMA = 0, NLK_CAST_GEMMA = 1, NLK_CAST_NONE = 2 };
 enum { NLK_REDUCE_TEMP = 1, NLK_REDUCE_PARTIALS = 2, NLK_REDUCE_ATOMIC = 3 };
-enum { NLK_RMSNORM = 0, NLK_LAYERNORM = 1, NLK_ADD_RMSNORM = 2 };
+enum { NLK_RMSNORM = 0, NLK_LAYERNORM = 1, NLK_ADD_RMSNORM = 2, NLK_TRANSPOSE = 3 };
+enum { NLK_SCALING_DELAYED = 0, NLK_SCALING_CURRENT = 1 };
+/* How a kernel writes yt (nl_transpose). A norm kernel sees STRIDED or FUSED, or NONE with yt
+ * NULL: EXTERNAL is the core's (the norm, then the transpose op's tiled kernel). */
+enum { NLK_TRANSPOSE_NONE = 0, NLK_TRANSPOSE_STRIDED = 1, NLK_TRANSPOSE_EXTERNAL = 2,
+       NLK_TRANSPOSE_FUSED = 3 };
 enum { NLK_FWD = 0, NLK_BWD = 1 };
 
 /* Error codes of launchers: 0 ok; NLK_ERR_CUDA with the cudaError_t in nlk_norm.cuda_error. */
@@ -57,9 +62,17 @@ typedef struct nlk_bwd_tune {
   int64_t fp32_share_n;       /* the same for fp32 rows */
 } nlk_bwd_tune;
 
+/* The tiled transposes' tile (transpose.tile_m, transpose.tile_n): rows and columns of x one
+ * tile covers, powers of two. */
+typedef struct nlk_transpose_tune {
+  int32_t tile_m;
+  int32_t tile_n;
+} nlk_transpose_tune;
+
 typedef struct nlk_norm {
-  int32_t op;             /* NLK_RMSNORM, NLK_LAYERNORM, NLK_ADD_RMSNORM */
+  int32_t op;             /* NLK_RMSNORM, NLK_LAYERNORM, NLK_ADD_RMSNORM, NLK_TRANSPOSE */
   int32_t dt;             /* activation dtype: x, residual, dy, dres, y, residual_out, dx */
+  int32_t ydt;            /* dtype of y and yt: dt, or (forward, transpose) NLK_F8E4M3 / E5M2 */
   int32_t wdt;            /* dtype of w (and dw); NLK_NONE when non-affine */
   int32_t bdt;            /* dtype of b (and db); NLK_NONE without bias */
   int64_t M, N;
@@ -77,6 +90,21 @@ typedef struct nlk_norm {
   void *db;
   float *rstd;      /* fwd: [out], optional; bwd: read */
   float *mean;      /* layernorm: as rstd */
+
+  /* The fp8 output and the transposed copy (forward passes and the transpose op). An fp8 y
+   * element is satfinite(rne(v * scale)) of its fp32 value v (ref: v rounded once from fp64
+   * to fp32), so a kernel converts an fp32 product, as PTX's cvt.rn.satfinite does. */
+  void *yt;         int64_t syt;    /* [out] [N, M], yt[j][i] = y[i][j] (ydt), optional; the
+                                     * transpose op's output */
+  float *scale;     /* fp8 y: delayed: read (NULL: 1); current: [out] (NULL: not wanted) */
+  float *amax;      /* [out] fp8 y: max |y| before scaling over the whole tensor (transpose: max
+                     * |x|), reduced as the bits of |v| (unsigned max: NaN above inf, so a NaN
+                     * propagates; any order gives the same bits). Under current scaling never
+                     * NULL (the core gives scratch when the caller wants no amax); kernels
+                     * clear it themselves before reducing into it. */
+  int32_t scaling;  /* NLK_SCALING_*, fp8 y only */
+  int32_t transpose; /* NLK_TRANSPOSE_STRIDED or _FUSED when yt is set, else NONE */
+  nlk_transpose_tune tr;
 
   float eps;
   float offset;     /* added to w in fp32 */
@@ -102,6 +130,10 @@ typedef struct nlk_norm {
   int32_t grid;           /* [out] blocks (CUDA) or threads (CPU) used by the main kernel */
   int32_t block;          /* [out] threads per block */
   int32_t cluster_dim;    /* [out] CUDA: CTAs per thread-block cluster of the main kernel (1: none) */
+  int32_t current_passes; /* [out] current scaling: 2 (an amax pass, then y) or 1 (one kernel with a
+                           * grid barrier) */
+  int64_t extra_bytes;    /* [out] traffic beyond the byte model and the workspace, e.g. current
+                           * scaling's second read of the input */
   const void *kernel;     /* [out] CUDA: the main kernel launched (its host stub) */
   const volatile int *interrupt; /* CPU kernels may poll it between rows; may be NULL */
 } nlk_norm;
@@ -129,6 +161,11 @@ static inline const char *nlk_dtype_name(int32_t dt)
   static const char *const names[] = {"fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "fp64"};
   return dt >= 0 && dt <= NLK_F64 ? names[dt] : "?";
 }
+
+static inline int nlk_is_fp8(int32_t dt) { return dt == NLK_F8E4M3 || dt == NLK_F8E5M2; }
+
+/* The largest finite value of an fp8 dtype. */
+static inline float nlk_fp8_max(int32_t dt) { return dt == NLK_F8E4M3 ? 448.0f : 57344.0f; }
 
 #ifdef __cplusplus
 }

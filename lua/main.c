@@ -490,11 +490,33 @@ static void format_reduces(const nl_variant_desc *d, char *out, size_t cap)
   }
 }
 
+/* "fp8 y (delayed, current scaling); yt: strided, external", or "" when a variant offers
+ * neither an fp8 output nor a transposed copy. */
+static void format_outputs(const nl_variant_desc *d, char *out, size_t cap)
+{
+  static const char *const scaling[] = {"delayed", "current"};
+  static const char *const ways[] = {"default", "strided", "external", "fused_tiled"};
+  size_t len = 0;
+  int i, n = 0;
+  out[0] = '\0';
+  for (i = 0; i < 2; i++)
+    if (d->fp8 & (1u << i))
+      len += (size_t)snprintf(out + len, cap - len, "%s%s", n++ ? ", " : "fp8 y (", scaling[i]);
+  if (n && len < cap)
+    len += (size_t)snprintf(out + len, cap - len, " scaling)");
+  n = 0;
+  for (i = NL_TRANSPOSE_STRIDED; i <= NL_TRANSPOSE_FUSED && len < cap; i++)
+    if (d->transposes & (1u << i))
+      len += (size_t)snprintf(out + len, cap - len, "%s%s",
+                              n++ ? ", " : len ? "; transposed copy yt: " : "transposed copy yt: ",
+                              ways[i]);
+}
+
 static int print_list(void)
 {
   int32_t i, nv = nl_variant_count(), ns = nl_setting_count();
   int wname = 7, wred = 6, wkey = 7;
-  char red[64];
+  char red[64], outs[160];
   nl_variant_desc d;
   nl_setting_desc s;
   nl_ctx *ctx;
@@ -513,6 +535,9 @@ static int print_list(void)
            d.summary != NULL ? d.summary : "");
     if (d.limits != NULL && d.limits[0] != '\0')
       printf("%-*s  limits: %s\n", wname + 2 + 7 + 2 + wred, "", d.limits);
+    format_outputs(&d, outs, sizeof outs);
+    if (outs[0] != '\0')
+      printf("%-*s  outputs: %s\n", wname + 2 + 7 + 2 + wred, "", outs);
   }
   if ((ctx = cpu_ctx()) == NULL) return 0;
   for (i = 0; i < ns; i++)

@@ -278,7 +278,7 @@ describe("nl.tolerance", function()
     assert.are.equal(2 * d1, d4)
     assert.are.equal(dr1, dr4)
     helper.raises("tolerance: unknown output 'z' "
-      .. "(expected y, residual_out, dx, rstd, mean, dw, db)",
+      .. "(expected y, yt, residual_out, dx, rstd, mean, amax, scale, dw, db)",
       nl.tolerance, "fp32", "z")
   end)
 end)
@@ -431,7 +431,8 @@ describe("nl.bench", function()
   it("checks its options", function()
     helper.raises("unknown option 'Ns' for bench (expected: op, variants, M, N, dtype, device, "
       .. "weight, bias, cast, offset, eps, reduce, check, mode, outputs, graph, batches, reps, "
-      .. "warmup_ms, batch_ms, progress, seed, stats, tolerance, shard)", nl.bench, {op = "rmsnorm", Ns = 1})
+      .. "warmup_ms, batch_ms, progress, seed, stats, tolerance, shard, out_dtype, scaling, "
+      .. "transpose, rowwise)", nl.bench, {op = "rmsnorm", Ns = 1})
     helper.raises("bench: option 'stats' = false applies to forward passes only "
       .. "(rmsnorm.bwd reads them)", nl.bench, {op = "rmsnorm.bwd", M = 1, N = 1, stats = false})
     helper.raises("bench: option 'outputs' must be rotate or shared, got 'all'",

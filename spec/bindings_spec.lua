@@ -22,7 +22,8 @@ describe("structs", function()
   it("are described by the binding, from the header, in the header's order", function()
     assert.are.same({"backend", "index"}, names("nl_device"))
     assert.are.same({"x", "residual", "dy", "dres", "w", "b", "rstd", "mean", "y", "residual_out",
-      "dx", "dw", "db", "eps", "offset", "cast", "reduce"}, names("nl_norm_args"))
+      "dx", "dw", "db", "yt", "scale", "amax", "eps", "offset", "cast", "reduce", "scaling",
+      "transpose"}, names("nl_norm_args"))
     assert.are.same({name = "run", kind = "struct", struct = "nl_run_info"},
       core.structs.nl_bench_result[1])
     assert.are.same({name = "device", kind = "spread", struct = "nl_device"},

@@ -277,7 +277,8 @@ describe("normlab.cli", function()
     local a = cli.parse(sweep("bwd"), {})
     assert.are.same({"rmsnorm", "bwd", "rmsnorm.bwd"}, {a.op, a.pass, a.opname})
     for _, op in ipairs(cli.OPS) do
-      for _, pass in ipairs(cli.PASSES) do
+      -- the transpose op has a forward pass only (refused below)
+      for _, pass in ipairs(op == "transpose" and {"fwd"} or cli.PASSES) do
         a = cli.parse(sweep(pass), {"--op", op})
         assert.are.same({op, pass, op .. "." .. pass}, {a.op, a.pass, a.opname})
         a = cli.parse(sweep(pass), {"--op", op .. "." .. pass})
@@ -287,6 +288,8 @@ describe("normlab.cli", function()
     local o = cli.bench_opts(cli.parse(sweep("fwd"), {"--op", "add_rmsnorm"}), {op = "rmsnorm.fwd"})
     assert.are.equal("add_rmsnorm.fwd", o.op)
     assert.is_nil(o.bias)
+    o = cli.bench_opts(cli.parse(sweep("fwd"), {"--op", "transpose", "--weight", "x"}))
+    assert.are.same({"transpose.fwd", "none"}, {o.op, o.weight})
     local text = cli.parse(sweep("fwd"), {"-h"}, {on_help = function(t) return t end})
     assert.truthy(text:find("--op <op>", 1, true))
     assert.falsy(text:find("--pass", 1, true))
@@ -319,7 +322,8 @@ describe("normlab.cli", function()
     local either = cli.op_options(cli.parser("either", {}, "sweep"), {pass = "bwd", choose = true})
     for _, case in ipairs({
       {one, {"--op", "groupnorm"}, "--op: unknown op 'groupnorm' (expected: rmsnorm, layernorm, "
-        .. "add_rmsnorm, or <op>.<pass>)"},
+        .. "add_rmsnorm, transpose, or <op>.<pass>)"},
+      {either, {"--op", "transpose"}, "--op transpose: transpose has a forward pass only"},
       {one, {"--op", "layernorm.bwd"}, "--op layernorm.bwd: this script runs the fwd pass only "
         .. "(layernorm.fwd)"},
       {one, {"--pass", "bwd"}, "unknown option '--pass'"},

@@ -8,6 +8,7 @@
 local nl = require("normlab")
 
 local PREFIXES = {cpu = true, bench = true, cuda = true, rmsnorm = true, layernorm = true,
+  transpose = true,
   add_rmsnorm = true}
 -- File names that start like a setting (`bench.c`, `cuda.c`) are not names to check.
 local EXTENSIONS = {c = true, h = true, cu = true, cuh = true, lua = true, md = true, py = true,

@@ -4,18 +4,23 @@
 -- spec/coverage_spec.lua fails when a registered variant belongs to an op no spec drives.
 local nl = require("normlab")
 
+-- `ops`: the norms, which `spec` drives; `also`: further ops and the spec that drives each (the
+-- transpose op, with the forwards' fp8 outputs and transposed copies).
 local drivers = {
-  cpu = {spec = "spec/cpu_ops_spec.lua", ops = {"rmsnorm", "layernorm", "add_rmsnorm"}},
-  cuda = {spec = "spec/cuda_ops_spec.lua", ops = {"rmsnorm", "layernorm", "add_rmsnorm"}},
+  cpu = {spec = "spec/cpu_ops_spec.lua", ops = {"rmsnorm", "layernorm", "add_rmsnorm"},
+    also = {transpose = "spec/fp8_spec.lua"}},
+  cuda = {spec = "spec/cuda_ops_spec.lua", ops = {"rmsnorm", "layernorm", "add_rmsnorm"},
+    also = {transpose = "spec/cuda_fp8_spec.lua"}},
 }
 
 local function driven(backend, op)
-  for _, o in ipairs(drivers[backend] and drivers[backend].ops or {}) do
+  local d = drivers[backend]
+  for _, o in ipairs(d and d.ops or {}) do
     if o == op then
       return true
     end
   end
-  return false
+  return d ~= nil and d.also[op] ~= nil
 end
 
 -- The registered strategies of op.pass on backend that a spec checks against the reference

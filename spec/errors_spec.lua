@@ -159,13 +159,15 @@ describe("options", function()
   it("unknown keys are listed with the expected ones", function()
     local x, w = inputs(4, 8)
     local y = sentinel({4, 8})
-    raises("unknown option 'epsilon' for rmsnorm (expected: eps, variant, cast, offset, out, rstd)",
+    raises("unknown option 'epsilon' for rmsnorm (expected: eps, variant, cast, offset, out, rstd, "
+      .. "out_dtype, scale, amax, scaling, transpose, yt)",
       nl.rmsnorm, x, w, {epsilon = 1e-5, out = y})
     assert.is_true(untouched(y))
     raises("unknown option 'dres' for rmsnorm_bwd (expected: variant, reduce, inplace, cast, "
       .. "offset, eps, dx, dw)", nl.rmsnorm_bwd, x, x, w, x, {dres = x})
     raises("args: unknown field 'z' (expected: x, residual, dy, dres, w, b, rstd, mean, y, "
-      .. "residual_out, dx, dw, db, eps, offset, cast, reduce)", nl.run, "rmsnorm.fwd.ref", {z = 1})
+      .. "residual_out, dx, dw, db, yt, scale, amax, eps, offset, cast, reduce, scaling, transpose)",
+      nl.run, "rmsnorm.fwd.ref", {z = 1})
   end)
 
   it("unknown variants list the strategies of the op", function()

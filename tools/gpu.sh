@@ -49,7 +49,10 @@ for step in $steps; do
         --markdown "$OUT/ln_fwd.md" --json "$OUT/ln_fwd.json"
       # outputs written to the same buffers by every set (compare with peers.py --outputs shared)
       run fwd_shared "$BUILD/normlab" experiments/fwd_sweep.lua --device cuda --graph --outputs shared \
-        --M 4096 --variants auto --markdown "$OUT/fwd_shared.md" ;;
+        --M 4096 --variants auto --markdown "$OUT/fwd_shared.md"
+      # fp8 output, transposed copies and the transpose kernels alone (issue 17)
+      run fp8 "$BUILD/normlab" experiments/fp8_sweep.lua --device cuda --graph \
+        --markdown "$OUT/fp8.md" --json "$OUT/fp8.json" ;;
     tune)
       # the settings sweeps behind the defaults in core/settings.c, the built-in ones and a GPU
       # model's table (bf16, weights in x's dtype)

@@ -4,7 +4,10 @@
 -- path (vector and scalar packs, one and several rows per CTA, the looping kernels, the
 -- backward's split path with several rows per chunk (64 x 40000 bf16), the fused grid
 -- reduction, clusters summing dW in distributed shared memory or sharing rows, the cp.async
--- pipelines, atomics, in place). Small shapes: the tools slow kernels down a lot.
+-- pipelines, atomics, in place), and the transpose op (every CUDA strategy: copies, fp8 casts
+-- with amax, current scaling's amax pass, odd and strided shapes that take the element path,
+-- small and large tiles) with a norm's external transposed copy. Small shapes: the tools slow
+-- kernels down a lot.
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
 local nl = require("normlab")
 local dev = nl.device("cuda")
@@ -159,4 +162,37 @@ for _, pass in ipairs(passes) do
     end
   end
 end
+-- The transpose op: dense (16-byte accesses) and strided odd shapes (the element path), x of
+-- each dtype copied and cast to fp8 (y and yt, amax), current scaling (the amax pass first),
+-- tiles from the smallest to the default; then a norm's external transposed copy.
+for _, tile in ipairs({{16, 16}, {128, 128}}) do
+  nl.set("transpose.tile_m", tile[1])
+  nl.set("transpose.tile_n", tile[2])
+  for _, s in ipairs({{3, 7}, {64, 256}, {37, 1029}}) do
+    for _, pad in ipairs({0, 3}) do
+      for _, dtype in ipairs({"fp32", "bf16", "fp8e4m3"}) do
+        local x = dev:empty(s, dtype, {stride = s[2] + pad})
+        x:randn({seed = 9})
+        for _, v in ipairs(strategies("transpose", "fwd")) do
+          local outs = {nl.transpose(x, {variant = v})}
+          for _, scaling in ipairs({"delayed", "current"}) do
+            local y, yt, amax = nl.cast_transpose(x, {variant = v, dtype = "fp8e5m2",
+              scaling = scaling, amax = true})
+            outs[#outs + 1], outs[#outs + 2], outs[#outs + 3] = y, yt, amax
+          end
+          for _, b in ipairs(outs) do b:free() end
+          runs = runs + 3
+        end
+        x:free()
+      end
+    end
+  end
+end
+nl.reset("transpose.tile_m")
+nl.reset("transpose.tile_n")
+local x = dev:randn({37, 1024}, "bf16", {seed = 10})
+local y, rstd, yt = nl.rmsnorm(x, nil, {variant = "row", transpose = "external"})
+dev:sync()
+for _, b in ipairs({x, y, rstd, yt}) do b:free() end
+runs = runs + 1
 print(string.format("sanitize subset: %d launches of CUDA variants completed", runs))

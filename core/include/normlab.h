@@ -54,6 +54,22 @@ typedef enum nl_cast {
   NL_CAST_NONE = 2        /* each intermediate rounded to x's dtype */
 } nl_cast;
 
+/* How an fp8 y is scaled (TransformerEngine's recipes): y_fp8 = satfinite(rne(y * scale)). */
+typedef enum nl_scaling {
+  NL_SCALING_DELAYED = 0, /* scale given (read from its buffer; none: 1), amax of this y recorded
+                           * for a later step's scale */
+  NL_SCALING_CURRENT = 1  /* amax of this y first, scale = fp8 max / amax (1 when amax is 0 or not
+                           * finite), then y: the op writes the scale it used */
+} nl_scaling;
+
+/* How a forward writes yt, the transposed copy of y (the weight-gradient GEMM's operand). */
+typedef enum nl_transpose {
+  NL_TRANSPOSE_DEFAULT = 0,  /* the variant's choice: fused, else external, else strided */
+  NL_TRANSPOSE_STRIDED = 1,  /* the norm kernel stores yt's elements itself (uncoalesced) */
+  NL_TRANSPOSE_EXTERNAL = 2, /* the norm writes y, then the op transpose's tiled kernel copies it */
+  NL_TRANSPOSE_FUSED = 3     /* the norm kernel stages tiles of y on chip and stores yt's rows */
+} nl_transpose;
+
 /* How the weight (and bias) gradient is reduced over rows. */
 typedef enum nl_reduce {
   NL_REDUCE_DEFAULT = 0,  /* the variant's own choice */
@@ -130,9 +146,13 @@ typedef struct nl_cmp {
  *   rmsnorm.bwd      dy, x, w?, rstd -> dx, dw (iff w)
  *   layernorm.bwd    dy, x, w?, mean, rstd -> dx, dw (iff w), db (iff b given as a flag)
  *   add_rmsnorm.bwd  dy, dres?, x (= the forward's residual_out h), w?, rstd -> dx, dw (iff w)
- * Activations (x, residual, dy, dres, y, residual_out, dx) share one dtype; w, b, dw and db
- * are fp32 or that dtype; rstd and mean are fp32 [M]. dx may be the same buffer as dy
- * (in-place backward), residual_out the same as residual; no other aliasing is allowed.
+ *   transpose.fwd    x, scale?       -> yt, y?, amax?   (cast-transpose: yt = y transposed)
+ * Activations (x, residual, dy, dres, y, residual_out, dx) share one dtype, except that a
+ * forward's y (and the transpose op's y and yt) may be fp8e4m3 or fp8e5m2, scaled by `scale`;
+ * w, b, dw and db are fp32 or x's dtype; rstd and mean are fp32 [M]. The forward passes may
+ * also write yt, y transposed ([N, M], y's dtype). scale and amax come with an fp8 y only.
+ * dx may be the same buffer as dy (in-place backward), residual_out the same as residual; no
+ * other aliasing is allowed.
  */
 typedef struct nl_norm_args {
   nl_buf *x;              /* [M,N] */
@@ -148,10 +168,18 @@ typedef struct nl_norm_args {
   nl_buf *dx;             /* [out] [M,N] bwd */
   nl_buf *dw;             /* [out] [N] bwd, when w is given */
   nl_buf *db;             /* [out] [N] layernorm.bwd, when b is given */
+  nl_buf *yt;             /* [out] [N,M] forward passes: y transposed, y's dtype (optional, the
+                           * transpose op's output) */
+  nl_buf *scale;          /* fp32 [1] on x's device, fp8 y only: delayed scaling reads it (absent:
+                           * 1); current scaling writes the scale it computed (optional) */
+  nl_buf *amax;           /* [out] fp32 [1], fp8 y only, optional: max |y| over the whole tensor
+                           * before scaling (transpose: max |x|); a NaN anywhere makes it NaN */
   double eps;             /* > 0 */
   double offset;          /* added to the weight in fp32: 1.0 for Gemma's (1 + w) */
   int32_t cast;           /* nl_cast, RMSNorm only */
   int32_t reduce;         /* nl_reduce */
+  int32_t scaling;        /* nl_scaling, fp8 y only */
+  int32_t transpose;      /* nl_transpose: how a norm forward writes yt (given only with yt) */
 } nl_norm_args;
 
 /* What a run did. */
@@ -168,6 +196,9 @@ typedef struct nl_run_info {
   int64_t workspace_bytes;
   char kernel[128];       /* CUDA: the main kernel that ran, e.g. "fwd_one<__nv_bfloat16, 8, 2,
                            * false, true>" (a plan's row mapping and layout); CPU: "" */
+  int32_t transpose;      /* how yt was written (nl_transpose), 0 when there is no yt */
+  char scaling[48];       /* fp8 y: "delayed", "current: two passes" (an amax pass, then y) or
+                           * "current: grid barrier" (one persistent kernel); "" otherwise */
 } nl_run_info;
 
 typedef struct nl_bench_opts {
@@ -210,6 +241,8 @@ typedef struct nl_variant_desc {
   int32_t default_reduce;
   const char *summary;    /* one line: the strategy */
   const char *limits;     /* one line: shapes, dtypes, alignment it accepts */
+  uint32_t fp8;           /* bit (1 << nl_scaling) per scaling it offers with an fp8 y; 0: none */
+  uint32_t transposes;    /* forward passes: bit (1 << nl_transpose) per way it writes yt */
 } nl_variant_desc;
 
 /* A runtime dispatch or harness setting, e.g. "rmsnorm.fwd.blockrow_max_n". */

@@ -23,4 +23,8 @@ extern const nlk_strategy nlk_cpu_fwd[];
  * over a strided set of rows in its own fp32 partial row in k->ws, then one reduction. */
 extern const nlk_strategy nlk_cpu_bwd[];
 
+/* transpose.c: the transpose op (yt = x transposed, cast to fp8 with a scale, and the cast
+ * copy y). `ref`: element by element; `tiled`: tiles of transpose.tile_m x tile_n. */
+extern const nlk_strategy nlk_cpu_transpose[];
+
 #endif

@@ -12,6 +12,7 @@
 #ifndef NL_CPU_ROWS_H
 #define NL_CPU_ROWS_H
 
+#include <float.h>
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
@@ -93,6 +94,80 @@ static inline uint16_t nlc_f64_to_bf16(double d)
   if (a >= 0x47f0000000000000ull)             /* rounded up to 2^128 or beyond: inf */
     return (uint16_t)(sign | 0x7f80u);
   return (uint16_t)(sign | (uint16_t)((((a >> 52) - 1023 + 127) << 7) | ((a >> 45) & 0x7fu)));
+}
+
+/* ---- fp8 outputs (the numerics of nlk.h: an fp32 product, then one fp8 rounding) ---- */
+
+/* |v| as the bits of an fp32: amax is their unsigned max (NaN above inf, so a NaN anywhere
+ * gives a NaN amax), the same bits in any order. */
+static inline uint32_t nlc_abs_bits(double v) { return nl_f32_bits((float)v) & 0x7fffffffu; }
+
+/* Current scaling's scale: the fp8 dtype's max / amax in fp32, 1 when amax is 0 or not finite,
+ * the largest fp32 when the quotient overflows. device.cuh's scale_from_amax gives the same
+ * bits. */
+static inline float nlc_scale_from_amax(float amax, int32_t ydt)
+{
+  float s;
+  if (!(amax > 0.0f) || isinf(amax))
+    return 1.0f;
+  s = nlk_fp8_max(ydt) / amax;
+  return isinf(s) ? FLT_MAX : s;
+}
+
+/* Stores v * scale rounded once to fp32 (exactly the fp32 product when v is an fp32), then to
+ * the fp8 dtype with convert.h's satfinite RNE: what the GPU's cvt of its fp32 product gives. */
+static inline void nlc_store_fp8(int32_t ydt, void *p, int64_t j, double v, float scale)
+{
+  nl_store(ydt, p, j, (double)(float)(v * (double)scale));
+}
+
+/* What one pass over a forward's rows does: compute amax alone (current scaling's first pass,
+ * which writes nothing), or write every output, an fp8 y scaled by `scale`. */
+typedef struct nlc_out {
+  int amax_only;
+  float scale;
+} nlc_out;
+
+/* A kernel's pass: `o` says what to do, arg is the kernel's own; with want_amax the max of
+ * nlc_abs_bits over what the pass saw goes to *amax. Returns NLK_OK or an error. */
+typedef int (*nlc_pass_fn)(nlk_norm *k, const void *arg, const nlc_out *o, int want_amax,
+                           uint32_t *amax);
+
+/* Runs a forward (or the transpose op) through its pass: once under delayed scaling (amax
+ * recorded when asked), twice under current scaling: amax first, then the scale from it, then
+ * the outputs (reported as two passes, the inputs read twice). */
+static inline int nlc_scaled_run(nlk_norm *k, nlc_pass_fn pass, const void *arg, int64_t in_bytes)
+{
+  const int fp8 = nlk_is_fp8(k->ydt);
+  nlc_out o = {0, fp8 ? (k->scale != NULL ? *k->scale : 1.0f) : 1.0f};
+  uint32_t amax;
+  int rc;
+  if (fp8 && k->scaling == NLK_SCALING_CURRENT) {
+    const nlc_out first = {1, 1.0f};
+    if ((rc = pass(k, arg, &first, 1, &amax)) != NLK_OK)
+      return rc;
+    *k->amax = nl_bits_f32(amax);
+    o.scale = nlc_scale_from_amax(*k->amax, k->ydt);
+    if (k->scale != NULL)
+      *k->scale = o.scale;
+    k->current_passes = 2;
+    k->extra_bytes = in_bytes;
+    return pass(k, arg, &o, 0, &amax);
+  }
+  rc = pass(k, arg, &o, fp8 && k->amax != NULL, &amax);
+  if (rc == NLK_OK && fp8 && k->amax != NULL)
+    *k->amax = nl_bits_f32(amax);
+  return rc;
+}
+
+/* Copies element j of row y (dtype dt) to yt[j][i]: the strided transposed copy. */
+static inline void nlc_scatter_col(const nlk_norm *k, int64_t i, const void *yrow, int64_t lo,
+                                   int64_t len)
+{
+  const int sz = nlk_dtype_size(k->ydt);
+  int64_t j;
+  for (j = lo; j < lo + len; j++)
+    memcpy((char *)k->yt + (j * k->syt + i) * sz, (const char *)yrow + j * sz, (size_t)sz);
 }
 
 /* Forces inlining where a dtype argument must become a constant, so that the per-element

@@ -7,6 +7,10 @@
  * reproducible). The two strategies differ as their GPU namesakes do: `row` hands each thread
  * a contiguous block of rows and converts the weight for every row, as a CTA per row loads
  * it; `persistent` deals rows round-robin to the threads, each converting the weight once.
+ *
+ * An fp8 y goes through the fp32 block as fp16 does, then out scaled (nlc_store_fp8), with
+ * |y| into the worker's amax; current scaling runs the rows twice (amax first, storing
+ * nothing, then everything). yt (strided) is copied from each stored block of y.
  */
 /* The fused loops are instruction-bound with the 256-bit vectors GCC picks by default for
  * -march=native on recent Intel parts; 512-bit ones halve the instruction count where
@@ -26,12 +30,15 @@
  * for RMSNorm's NONE mode), B the fp32 bias or NULL. Pass 1 streams x (and the residual,
  * forming and storing h) for the row sum; pass 2 forms y from xs and stores it. fp32 and
  * bf16 convert inside the fused loops; fp16, which GCC does not vectorize, through F16C
- * block conversions. With residual_out == residual a residual block is copied before h is
- * stored over it. */
+ * block conversions, and so does an fp8 y. With residual_out == residual a residual block is
+ * copied before h is stored over it. |y| goes into *amax when given. */
 NLC_INLINE void fwd_row_t(const nlk_norm *k, int64_t i, int64_t next, const float *W,
-                          const float *B, float *xs, float *blk, const int32_t dt)
+                          const float *B, float *xs, float *blk, const nlc_out *o,
+                          uint32_t *amax, const int32_t dt)
 {
-  const int32_t ldt = dt == NLK_F16 ? NLK_F32 : dt;   /* what the fused loops read/write */
+  const int fp8 = k->ydt != dt;
+  const int via_block = dt == NLK_F16 || fp8;           /* y formed in ob, then converted */
+  const int32_t ldt = via_block ? NLK_F32 : dt;         /* what the fused loops write */
   const int64_t n = k->N;
   const int sz = nlk_dtype_size(dt);
   const int ln = k->op == NLK_LAYERNORM;
@@ -41,7 +48,8 @@ NLC_INLINE void fwd_row_t(const nlk_norm *k, int64_t i, int64_t next, const floa
   const char *x = (const char *)nlc_at(k->x, i, k->sx, dt);
   const char *res = add ? (const char *)nlc_at(k->res, i, k->sres, dt) : NULL;
   char *ro = add ? (char *)nlc_at_mut(k->res_out, i, k->sres_out, dt) : NULL;
-  char *y = (char *)nlc_at_mut(k->y, i, k->sy, dt);
+  char *y = (char *)nlc_at_mut(k->y, i, k->sy, k->ydt);
+  const int ysz = nlk_dtype_size(k->ydt);
   float *rb = blk, *ob = blk + NLC_BLK;
   float s = 0.0f, r, mu = 0.0f;
   int64_t c, j;
@@ -57,7 +65,8 @@ NLC_INLINE void fwd_row_t(const nlk_norm *k, int64_t i, int64_t next, const floa
         for (j = 0; j < len; j++)
           xb[j] += rb[j];
         nlc_round_f16_row(xb, len);
-        nlc_f32_to_f16_row(xb, (uint16_t *)(ro + c * sz), len);
+        if (!o->amax_only)
+          nlc_f32_to_f16_row(xb, (uint16_t *)(ro + c * sz), len);
       }
     } else if (add) {
       const void *rs = res + c * sz;
@@ -65,11 +74,10 @@ NLC_INLINE void fwd_row_t(const nlk_norm *k, int64_t i, int64_t next, const floa
         memcpy(rb, rs, (size_t)(len * sz));
         rs = rb;
       }
-      for (j = 0; j < len; j++) {
-        const float h = nlc_rnd1(dt, nlc_ld1(dt, x + c * sz, j) + nlc_ld1(dt, rs, j));
-        nlc_st1(dt, ro + c * sz, j, h);
-        xb[j] = h;
-      }
+      for (j = 0; j < len; j++)
+        xb[j] = nlc_rnd1(dt, nlc_ld1(dt, x + c * sz, j) + nlc_ld1(dt, rs, j));
+      for (j = 0; !o->amax_only && j < len; j++)
+        nlc_st1(dt, ro + c * sz, j, xb[j]);
     } else {
       for (j = 0; j < len; j++)
         xb[j] = nlc_ld1(dt, x + c * sz, j);
@@ -91,7 +99,7 @@ NLC_INLINE void fwd_row_t(const nlk_norm *k, int64_t i, int64_t next, const floa
     for (j = 0; j < n; j++)
       v += (xs[j] - mu) * (xs[j] - mu);
     r = 1.0f / sqrtf(v / fn + k->eps);
-    if (k->mean != NULL)
+    if (k->mean != NULL && !o->amax_only)
       k->mean[i] = mu;
   } else {
     r = 1.0f / sqrtf(s / fn + k->eps);
@@ -101,7 +109,7 @@ NLC_INLINE void fwd_row_t(const nlk_norm *k, int64_t i, int64_t next, const floa
   for (c = 0; c < n; c += NLC_BLK) {
     const int64_t len = n - c < NLC_BLK ? n - c : NLC_BLK;
     const float *xb = xs + c, *Wb = W + c;
-    void *ys = dt == NLK_F16 ? (void *)ob : (void *)(y + c * sz);
+    void *ys = via_block ? (void *)ob : (void *)(y + c * sz);
     if (next >= 0) {
       nlc_prefetch(nlc_at(k->x, next, k->sx, dt), c * sz, len * sz);
       if (add)
@@ -124,12 +132,24 @@ NLC_INLINE void fwd_row_t(const nlk_norm *k, int64_t i, int64_t next, const floa
         ob[j] *= Wb[j];
     } else {
       for (j = 0; j < len; j++)
-        nlc_st1(dt, ys, j, nlc_rnd1(dt, xb[j] * r) * Wb[j]);
+        nlc_st1(ldt, ys, j, nlc_rnd1(dt, xb[j] * r) * Wb[j]);
     }
-    if (dt == NLK_F16)
+    for (j = 0; amax != NULL && j < len; j++) {
+      const uint32_t m = nlc_abs_bits(ob[j]);
+      if (m > *amax)
+        *amax = m;
+    }
+    if (o->amax_only)
+      continue;
+    if (fp8)
+      for (j = 0; j < len; j++)
+        nlc_store_fp8(k->ydt, y + c * ysz, j, ob[j], o->scale);
+    else if (dt == NLK_F16)
       nlc_f32_to_f16_row(ob, (uint16_t *)(y + c * sz), len);
+    if (k->yt != NULL)
+      nlc_scatter_col(k, i, y, c, len);
   }
-  if (k->rstd != NULL)
+  if (k->rstd != NULL && !o->amax_only)
     k->rstd[i] = r;
 }
 
@@ -137,14 +157,14 @@ NLC_INLINE void fwd_row_t(const nlk_norm *k, int64_t i, int64_t next, const floa
  * (the worker's next row; none when out of range) is prefetched during pass 2, so that the
  * row's compute overlaps the next row's memory traffic. */
 static void fwd_row(const nlk_norm *k, int64_t i, int64_t next, const float *W, const float *B,
-                    float *xs, float *blk)
+                    float *xs, float *blk, const nlc_out *o, uint32_t *amax)
 {
   if (next >= k->M)
     next = -1;
   switch (k->dt) {
-  case NLK_BF16: fwd_row_t(k, i, next, W, B, xs, blk, NLK_BF16); break;
-  case NLK_F16: fwd_row_t(k, i, next, W, B, xs, blk, NLK_F16); break;
-  default: fwd_row_t(k, i, next, W, B, xs, blk, NLK_F32); break;
+  case NLK_BF16: fwd_row_t(k, i, next, W, B, xs, blk, o, amax, NLK_BF16); break;
+  case NLK_F16: fwd_row_t(k, i, next, W, B, xs, blk, o, amax, NLK_F16); break;
+  default: fwd_row_t(k, i, next, W, B, xs, blk, o, amax, NLK_F32); break;
   }
 }
 
@@ -157,20 +177,23 @@ static const float *fwd_bias(const nlk_norm *k, float *B)
   return B;
 }
 
-/* Shared driver. Each thread mallocs 3N + 2 NLC_BLK floats (W, B, a row, two blocks); a failed
- * allocation makes that thread skip its rows and the call return NLK_ERR_NOMEM. */
-static int fwd_run(nlk_norm *k, int persistent)
+/* One pass over the rows (nlc_pass_fn; arg: whether persistent). Each thread mallocs 3N +
+ * 2 NLC_BLK floats (W, B, a row, two blocks); a failed allocation makes that thread skip its
+ * rows and the call return NLK_ERR_NOMEM. */
+static int fwd_pass(nlk_norm *k, const void *arg, const nlc_out *o, int want_amax,
+                    uint32_t *amax_out)
 {
+  const int persistent = *(const int *)arg;
   const int64_t n = k->N;
   const int round_w = k->op != NLK_LAYERNORM && k->cast == NLK_CAST_NONE;
   int err = 0, used = 1;
+  uint32_t amax = 0;
 
-  if (!nlc_fast_ok(k))
-    return NLK_ERR_UNSUPPORTED;
-#pragma omp parallel num_threads(nlc_threads(k))
+#pragma omp parallel num_threads(nlc_threads(k)) reduction(max : amax)
   {
     const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
     float *s = (float *)malloc(((size_t)n * 3 + 2 * NLC_BLK) * sizeof(float));
+    uint32_t *am = want_amax ? &amax : NULL;
     int64_t i;
     if (tid == 0)
       used = nth;
@@ -181,19 +204,30 @@ static int fwd_run(nlk_norm *k, int persistent)
       const float *B = fwd_bias(k, s + n);
       nlc_weight_f(k, s, round_w);
       for (i = tid; i < k->M; i += nth)
-        fwd_row(k, i, i + nth, s, B, s + 2 * n, s + 3 * n);
+        fwd_row(k, i, i + nth, s, B, s + 2 * n, s + 3 * n, o, am);
     } else {
       const int64_t lo = k->M * tid / nth, hi = k->M * (tid + 1) / nth;
       for (i = lo; i < hi; i++) {
         nlc_weight_f(k, s, round_w);
-        fwd_row(k, i, i + 1 < hi ? i + 1 : -1, s, fwd_bias(k, s + n), s + 2 * n, s + 3 * n);
+        fwd_row(k, i, i + 1 < hi ? i + 1 : -1, s, fwd_bias(k, s + n), s + 2 * n, s + 3 * n, o,
+                am);
       }
     }
     free(s);
   }
   k->grid = used;
   k->block = 0;
+  *amax_out = amax;
   return err ? NLK_ERR_NOMEM : NLK_OK;
+}
+
+/* Shared driver of both strategies. */
+static int fwd_run(nlk_norm *k, int persistent)
+{
+  if (!nlc_fast_ok(k) || (k->ydt != k->dt && !nlk_is_fp8(k->ydt)))
+    return NLK_ERR_UNSUPPORTED;
+  return nlc_scaled_run(k, fwd_pass, &persistent,
+                        k->M * k->N * nlk_dtype_size(k->dt) * (k->op == NLK_ADD_RMSNORM ? 2 : 1));
 }
 
 static int row_fwd(nlk_norm *k) { return fwd_run(k, 0); }

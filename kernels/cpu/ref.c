@@ -7,6 +7,11 @@
  * over OpenMP threads in fixed contiguous blocks; the weight and bias gradients go through
  * per-thread fp64 partial rows summed in thread order, so for a given thread count every
  * output is bitwise reproducible.
+ *
+ * An fp8 y is the fp64 value times the scale, rounded once to fp32 and then to fp8
+ * (nlc_store_fp8), with no rounding to x's dtype in between; amax is max |y| as fp32. Current
+ * scaling runs the rows twice: for amax, then to write. yt (strided) is written from each
+ * stored row.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -52,15 +57,17 @@ static void ref_weights(const nlk_norm *k, double *W, double *B, int round)
 }
 
 /* One forward row. a and t are N-element fp64 scratch rows. RMSNorm family: the residual
- * row is loaded before h is stored, so residual_out may alias residual. */
+ * row is loaded before h is stored, so residual_out may alias residual. |y| goes into *amax
+ * when it is given. */
 static void ref_fwd_row(const nlk_norm *k, int64_t i, const double *W, const double *B,
-                        double *a, double *t)
+                        double *a, double *t, const nlc_out *o, uint32_t *amax)
 {
   const int64_t n = k->N;
   const int32_t dt = k->dt;
   const double eps = (double)k->eps;
   double s = 0.0, r;
   int64_t j;
+  void *y;
 
   nlc_load_d(dt, nlc_at(k->x, i, k->sx, dt), a, n);
   if (k->op == NLK_LAYERNORM) {
@@ -75,7 +82,7 @@ static void ref_fwd_row(const nlk_norm *k, int64_t i, const double *W, const dou
     r = 1.0 / sqrt(v / (double)n + eps);
     for (j = 0; j < n; j++)
       t[j] = (a[j] - mu) * r * W[j] + B[j];
-    if (k->mean != NULL)
+    if (k->mean != NULL && !o->amax_only)
       k->mean[i] = (float)mu;
   } else {
     if (k->op == NLK_ADD_RMSNORM) {
@@ -83,7 +90,8 @@ static void ref_fwd_row(const nlk_norm *k, int64_t i, const double *W, const dou
       for (j = 0; j < n; j++)
         a[j] += t[j];
       nlc_round_d(dt, a, n);
-      nlc_store_d(dt, a, nlc_at_mut(k->res_out, i, k->sres_out, dt), n);
+      if (!o->amax_only)
+        nlc_store_d(dt, a, nlc_at_mut(k->res_out, i, k->sres_out, dt), n);
     }
 #pragma omp simd reduction(+ : s)
     for (j = 0; j < n; j++)
@@ -100,22 +108,38 @@ static void ref_fwd_row(const nlk_norm *k, int64_t i, const double *W, const dou
         t[j] *= W[j];
     }
   }
-  nlc_store_d(dt, t, nlc_at_mut(k->y, i, k->sy, dt), n);
+  for (j = 0; amax != NULL && j < n; j++) {
+    const uint32_t m = nlc_abs_bits(t[j]);
+    if (m > *amax)
+      *amax = m;
+  }
+  if (o->amax_only)
+    return;
+  y = nlc_at_mut(k->y, i, k->sy, k->ydt);
+  if (k->ydt == dt)
+    nlc_store_d(dt, t, y, n);
+  else
+    for (j = 0; j < n; j++)
+      nlc_store_fp8(k->ydt, y, j, t[j], o->scale);
+  if (k->yt != NULL)
+    nlc_scatter_col(k, i, y, 0, n);
   if (k->rstd != NULL)
     k->rstd[i] = (float)r;
 }
 
-/* Forward of all three ops. Threads take contiguous row blocks; each allocates its own
- * scratch (W, B and two rows: 4N doubles) and reports allocation failure through `err`. */
-static int ref_fwd(nlk_norm *k)
+/* One pass over all rows (nlc_pass_fn): threads take contiguous row blocks; each allocates
+ * its own scratch (W, B and two rows: 4N doubles) and reports allocation failure through
+ * `err`. */
+static int ref_fwd_pass(nlk_norm *k, const void *arg, const nlc_out *o, int want_amax,
+                        uint32_t *amax_out)
 {
   int err = 0, used = 1;
+  uint32_t amax = 0;
   const int64_t n = k->N;
   const int round_w = k->op != NLK_LAYERNORM && k->cast == NLK_CAST_NONE;
+  (void)arg;
 
-  if (!ref_ok(k))
-    return NLK_ERR_UNSUPPORTED;
-#pragma omp parallel num_threads(nlc_threads(k))
+#pragma omp parallel num_threads(nlc_threads(k)) reduction(max : amax)
   {
     double *s = (double *)malloc((size_t)n * 4 * sizeof(double));
     int64_t i;
@@ -130,12 +154,23 @@ static int ref_fwd(nlk_norm *k)
 #pragma omp for schedule(static)
     for (i = 0; i < k->M; i++)
       if (s != NULL)
-        ref_fwd_row(k, i, s, s + n, s + 2 * n, s + 3 * n);
+        ref_fwd_row(k, i, s, s + n, s + 2 * n, s + 3 * n, o, want_amax ? &amax : NULL);
     free(s);
   }
   k->grid = used;
   k->block = 0;
+  *amax_out = amax;
   return err ? NLK_ERR_NOMEM : NLK_OK;
+}
+
+/* Forward of all three ops; an fp8 y under either scaling (current scaling's first pass
+ * reads x, and add_rmsnorm's residual, again). */
+static int ref_fwd(nlk_norm *k)
+{
+  if (!ref_ok(k) || (k->ydt != k->dt && !nlk_is_fp8(k->ydt)))
+    return NLK_ERR_UNSUPPORTED;
+  return nlc_scaled_run(k, ref_fwd_pass, NULL,
+                        k->M * k->N * nlk_dtype_size(k->dt) * (k->op == NLK_ADD_RMSNORM ? 2 : 1));
 }
 
 /* One backward row: dx into the dx row, the row's dw/db contributions added to pw/pb (NULL:

@@ -2,7 +2,8 @@
  * device.cuh: the device-side vocabulary of the norm kernels: element types and rounding,
  * 16-byte packs and the loads and stores that move them (with their cache policies), group
  * and block sums, the weight a thread holds, cp.async staging for the pipelined kernels, the
- * grid barrier, programmatic dependent launch and the thread-block cluster primitives.
+ * grid barrier, programmatic dependent launch, the thread-block cluster primitives, and the
+ * fp8 outputs: conversion with a scale, amax and current scaling's scale.
  * Everything here is a building block; the kernels of each pass are in norm_fwd.cu and
  * norm_bwd.cu, and docs/kernels.md gives the measurements behind the choices made here.
  */
@@ -11,6 +12,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -493,6 +495,115 @@ __device__ __forceinline__ void cluster_wait()
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 #endif
+}
+
+/* ---- fp8 outputs (nlk.h's numerics): y_fp8 = satfinite(rne(v * scale)) of an fp32 v, amax
+ * = max |v| over the tensor as unsigned bits, current scaling's scale from amax. The CPU's
+ * conversions (kernels/cpu/convert.h, cpu_rows.h) give the same bits. ---- */
+
+/* fp8 elements as types: Pack<__nv_fp8_e4m3, 16> is 16 of them; to_f is exact, from_f
+ * saturates to the largest finite value (infinities included) and keeps NaN, rounding to
+ * nearest even: cvt.rn.satfinite on sm_89 and later, the header's exact emulation before. */
+template <> struct Dt<__nv_fp8_e4m3> {
+  static __device__ __forceinline__ float to_f(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
+  static __device__ __forceinline__ __nv_fp8_e4m3 from_f(float v)
+  {
+    __nv_fp8_e4m3 r;
+    r.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+    return r;
+  }
+};
+template <> struct Dt<__nv_fp8_e5m2> {
+  static __device__ __forceinline__ float to_f(__nv_fp8_e5m2 v) { return static_cast<float>(v); }
+  static __device__ __forceinline__ __nv_fp8_e5m2 from_f(float v)
+  {
+    __nv_fp8_e5m2 r;
+    r.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2);
+    return r;
+  }
+};
+
+/* The fp8 type of an nlk dtype (NLK_F8E4M3, NLK_F8E5M2), and its largest finite value. */
+template <int DT> using Fp8 = std::conditional_t<DT == NLK_F8E4M3, __nv_fp8_e4m3, __nv_fp8_e5m2>;
+template <int DT> __host__ __device__ constexpr float fp8_max() { return DT == NLK_F8E4M3 ? 448.f : 57344.f; }
+
+/* a * b rounded to nearest even, subnormals kept: the kernels build with --use_fast_math,
+ * whose flush-to-zero would turn a subnormal fp32 input (bf16 has fp32's range) times a huge
+ * scale into 0 where the CPU reference gives a normal fp8 value. */
+__device__ __forceinline__ float mul_rn(float a, float b)
+{
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+/* v scaled into fp8 type O (an fp32 product, then one satfinite rounding). */
+template <typename O> __device__ __forceinline__ O to_fp8(float v, float scale)
+{
+  return from_f<O>(mul_rn(v, scale));
+}
+
+/* VEC fp32 values scaled into a pack of fp8 type O, two per conversion (cvt's x2 form on
+ * sm_89+), |v| (before scaling) folded into amax: a norm's fp8 epilogue. */
+template <typename O, int VEC>
+__device__ __forceinline__ Pack<O, VEC> to_fp8_pack(const float (&v)[VEC], float scale, unsigned &amax)
+{
+  constexpr __nv_fp8_interpretation_t kind = std::is_same<O, __nv_fp8_e4m3>::value ? __NV_E4M3 : __NV_E5M2;
+  Pack<O, VEC> p;
+#pragma unroll
+  for (int j = 0; j < VEC; j++)
+    amax = max(amax, __float_as_uint(v[j]) & 0x7fffffffu);
+  if constexpr (VEC % 2 == 0) {
+#pragma unroll
+    for (int j = 0; j < VEC; j += 2) {
+      const __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(
+          make_float2(mul_rn(v[j], scale), mul_rn(v[j + 1], scale)), __NV_SATFINITE, kind);
+      p.v[j].__x = (__nv_fp8_storage_t)(two & 0xffu);
+      p.v[j + 1].__x = (__nv_fp8_storage_t)(two >> 8);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      p.v[j] = to_fp8<O>(v[j], scale);
+  }
+  return p;
+}
+
+/* |v| as the bits amax reduces: an unsigned max orders them as the values, with NaN above
+ * inf (so a NaN anywhere makes amax NaN), and gives the same bits in any order. */
+__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+/* A CTA's amax: the max of every thread's v, then one atomicMax on the bits of *amax (cleared
+ * before the kernel; NULL: nothing). Every thread of the CTA calls it (one __syncthreads);
+ * red is 32 unsigned of shared memory. */
+__device__ __forceinline__ void amax_commit(float *amax, unsigned v, unsigned *red)
+{
+  const int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const int warps = (blockDim.x * blockDim.y * blockDim.z + 31) >> 5;
+  for (int o = 16; o > 0; o >>= 1)
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((t & 31) == 0)
+    red[t >> 5] = v;
+  __syncthreads();
+  if (t < 32) {
+    v = t < warps ? red[t] : 0u;
+    for (int o = 16; o > 0; o >>= 1)
+      v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (t == 0 && amax)
+      atomicMax(reinterpret_cast<unsigned *>(amax), v);
+  }
+}
+
+/* Current scaling's scale from amax: fp8 max / amax correctly rounded (not the fast-math
+ * approximation), 1 when amax is 0 or not finite, the largest fp32 when it overflows; the
+ * bits of cpu_rows.h's nlc_scale_from_amax. */
+__device__ __forceinline__ float scale_from_amax(float amax, float max_fp8)
+{
+  float s;
+  if (!(amax > 0.f) || isinf(amax))
+    return 1.f;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(s) : "f"(max_fp8), "f"(amax));
+  return isinf(s) ? 3.402823466e38f : s;
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -15,6 +15,7 @@ extern "C" {
 
 extern const nlk_strategy nlk_cuda_fwd[];  /* norm_fwd.cu */
 extern const nlk_strategy nlk_cuda_bwd[];  /* norm_bwd.cu */
+extern const nlk_strategy nlk_cuda_transpose[];  /* transpose.cu: the transpose op */
 
 /* Fills rows x cols elements of elt_size bytes (1, 2, 4 or 8) with the low bytes of pattern;
  * returns a cudaError_t. */

@@ -24,13 +24,15 @@ local K = core.constants
 
 local KEYS = {"op", "variants", "M", "N", "dtype", "device", "weight", "bias", "cast", "offset",
   "eps", "reduce", "check", "mode", "outputs", "graph", "batches", "reps", "warmup_ms", "batch_ms",
-  "progress", "seed", "stats", "tolerance", "shard"}
+  "progress", "seed", "stats", "tolerance", "shard", "out_dtype", "scaling", "transpose", "rowwise"}
 
 -- Activations each op and pass reads, the activations it writes, its per-row statistics
 -- (outputs of a forward pass, inputs of a backward one, which takes them from `fwd` run on
 -- the same x) and whether it has a bias. Backward passes also write dw (and db) when w (and
 -- b) are given. add_rmsnorm.bwd reads x = h, the forward's residual_out: any randn tensor
--- with its rstd serves.
+-- with its rstd serves. The transpose op writes yt (and y with rowwise); a forward writes yt
+-- too when `transpose` is given, and with an fp8 out_dtype also amax (and, under current
+-- scaling, the scale), reading a scale of 1 under delayed scaling.
 local OPS = {
   ["rmsnorm.fwd"] = {acts = {"x"}, outs = {"y"}, stats = {"rstd"}, rms = true},
   ["layernorm.fwd"] = {acts = {"x"}, outs = {"y"}, stats = {"mean", "rstd"}, bias = true},
@@ -42,7 +44,9 @@ local OPS = {
     fwd = "layernorm.fwd"},
   ["add_rmsnorm.bwd"] = {acts = {"dy", "dres", "x"}, outs = {"dx"}, stats = {"rstd"}, rms = true,
     fwd = "rmsnorm.fwd"},
+  ["transpose.fwd"] = {acts = {"x"}, outs = {}, stats = {}, transpose_op = true},
 }
+local FP8 = {fp8e4m3 = true, fp8e5m2 = true}
 
 ---- the spec ----
 
@@ -101,8 +105,8 @@ local function parse(spec)
   p.opname = s.op:find(".", 1, true) and s.op or (s.op .. ".fwd")
   p.shape = OPS[p.opname]
   if p.shape == nil then
-    util.failf("bench: unknown op %s (expected rmsnorm, layernorm or add_rmsnorm, .fwd or .bwd)",
-      util.show(s.op))
+    util.failf("bench: unknown op %s (expected rmsnorm, layernorm or add_rmsnorm, .fwd or .bwd, "
+      .. "or transpose)", util.show(s.op))
   end
   p.op, p.pass = p.opname:match("^(.-)%.(.*)$")
   p.device = buffer.device(s.device)
@@ -120,9 +124,12 @@ local function parse(spec)
   for _, dt in ipairs(p.dtypes) do
     buffer.dtype("bench", dt)
   end
-  p.weight = s.weight or "fp32"
+  p.weight = s.weight or (p.shape.transpose_op and "none" or "fp32")
   if p.weight ~= "fp32" and p.weight ~= "x" and p.weight ~= "none" then
     util.failf("bench: option 'weight' must be fp32, x or none, got %s", util.show(s.weight))
+  end
+  if p.weight ~= "none" and p.shape.transpose_op then
+    util.failf("bench: option 'weight' applies to the norms, not %s", p.opname)
   end
   -- The bias (layernorm) is of the weight's kind unless given; other ops take none.
   if s.bias ~= nil and s.bias ~= "fp32" and s.bias ~= "x" and s.bias ~= "none" then
@@ -148,6 +155,29 @@ local function parse(spec)
       p.opname)
   end
   p.seed = s.seed
+  -- the fp8 output and the transposed copy
+  if s.out_dtype ~= nil and not FP8[s.out_dtype] then
+    util.failf("bench: option 'out_dtype' must be fp8e4m3 or fp8e5m2 (the default is x's dtype), got %s",
+      util.show(s.out_dtype))
+  end
+  if s.out_dtype ~= nil and p.pass ~= "fwd" then
+    util.failf("bench: option 'out_dtype' applies to forward passes, not %s", p.opname)
+  end
+  p.out_dtype = s.out_dtype
+  if s.scaling ~= nil and not p.out_dtype then
+    util.fail("bench: option 'scaling' comes with an fp8 out_dtype")
+  end
+  p.scaling = util.choice("bench", "scaling", s.scaling, enums.scaling, "delayed")
+  if s.transpose ~= nil and (p.pass ~= "fwd" or p.shape.transpose_op) then
+    util.failf("bench: option 'transpose' (the transposed copy of a norm's y) applies to norm "
+      .. "forwards, not %s", p.opname)
+  end
+  p.transpose = s.transpose ~= nil and util.choice("bench", "transpose", s.transpose, enums.transpose)
+  if s.rowwise ~= nil and not p.shape.transpose_op then
+    util.failf("bench: option 'rowwise' (the transpose op's row-major copy y) applies to "
+      .. "transpose, not %s", p.opname)
+  end
+  p.rowwise = s.rowwise == true
   if s.outputs ~= nil and s.outputs ~= "rotate" and s.outputs ~= "shared" then
     util.failf("bench: option 'outputs' must be rotate or shared, got %s", util.show(s.outputs))
   end
@@ -197,11 +227,33 @@ local function make_cell(p, M, N, dt, bufs)
     n = n + 1
     return keep(dev:randn(shape, dtype, {seed = p.seed and p.seed + n - 1, mean = mean, std = std}))
   end
-  local a = {eps = p.eps, offset = p.offset, reduce = p.reduce,
-    cast = p.shape.rms and p.cast or nil}
+  local tr = p.shape.transpose_op
+  local a = {eps = not tr and p.eps or nil, offset = not tr and p.offset or nil,
+    reduce = not tr and p.reduce or nil, cast = p.shape.rms and p.cast or nil}
   local outs = {}
   for _, f in ipairs(p.shape.acts) do
     a[f] = rand({M, N}, dt)
+  end
+  -- y (the transpose op: with rowwise) in out_dtype, yt, and with fp8 amax and the scale (an
+  -- input of 1 under delayed scaling, an output under current scaling)
+  local ydt = p.out_dtype or dt
+  if tr and p.rowwise then
+    a.y = keep(dev:empty({M, N}, ydt))
+    outs[#outs + 1] = "y"
+  end
+  if tr or p.transpose then
+    a.yt = keep(dev:empty({N, M}, ydt))
+    outs[#outs + 1] = "yt"
+    a.transpose = not tr and p.transpose or nil
+  end
+  if p.out_dtype then
+    a.scaling = p.scaling
+    a.amax = keep(dev:empty({1}, "fp32"))
+    outs[#outs + 1] = "amax"
+    a.scale = keep(dev:full({1}, 1, "fp32"))
+    if p.scaling == enums.scaling.value.current then
+      outs[#outs + 1] = "scale"
+    end
   end
   -- Weights near 1 (near 0 under an offset, which adds the 1), biases near 0; "x": in the
   -- activations' dtype.
@@ -212,7 +264,7 @@ local function make_cell(p, M, N, dt, bufs)
     a.b = rand({N}, p.bias == "x" and dt or p.bias, 0, 0.1)
   end
   for _, f in ipairs(p.shape.outs) do
-    a[f] = keep(dev:empty({M, N}, dt))
+    a[f] = keep(dev:empty({M, N}, f == "y" and ydt or dt))
     outs[#outs + 1] = f
   end
   -- the per-row statistics: none for an inference forward (a backward always has them)
@@ -242,6 +294,16 @@ local function make_cell(p, M, N, dt, bufs)
   return {M = M, N = N, dtype = dt, args = a, outs = outs}
 end
 
+-- What the reference keeps of a buffer's dtype: the fp32 scalars (statistics, scale, amax) and
+-- fp8 outputs (their rounding and saturation are the result), fp64 for the rest.
+local KEEP_FP32 = {rstd = true, mean = true, scale = true, amax = true}
+local function ref_dtype(f, b)
+  if KEEP_FP32[f] then
+    return "fp32"
+  end
+  return FP8[b.dtype] and (f == "y" or f == "yt") and b.dtype or "fp64"
+end
+
 -- The oracle's outputs for a cell: its inputs copied to the CPU in fp64 (statistics stay
 -- fp32, as the ops take them), run through <op>.<pass>.ref.
 local function reference(p, cell, bufs)
@@ -255,13 +317,13 @@ local function reference(p, cell, bufs)
     if not core.is_buffer(v) then
       r[k] = v
     elseif not is_out[k] then
-      r[k] = v:to(cpu, (k == "rstd" or k == "mean") and "fp32" or "fp64")
+      r[k] = v:to(cpu, ref_dtype(k, v))
       bufs[#bufs + 1] = r[k]
     end
   end
   for _, f in ipairs(cell.outs) do
     local like = cell.args[f]
-    r[f] = cpu:empty(like.shape, (f == "rstd" or f == "mean") and "fp32" or "fp64")
+    r[f] = cpu:empty(like.shape, ref_dtype(f, like))
     bufs[#bufs + 1] = r[f]
   end
   core.run(p.opname .. ".ref", r)
@@ -289,7 +351,9 @@ local function measure_as(p, cell, variant, bufs, row, name)
     core.run(name, a)
     row.check = {}
     for _, f in ipairs(cell.outs) do
-      local atol, rtol = p.tolerance(cell.dtype, f, cell.M, name)
+      -- an fp8 y or yt is held to its own dtype's bound
+      local fp8 = (f == "y" or f == "yt") and FP8[a[f].dtype]
+      local atol, rtol = p.tolerance(fp8 and a[f].dtype or cell.dtype, f, cell.M, name)
       local c = compare(a[f], cell.ref[f], {atol = atol, rtol = rtol})
       row.check[f] = {max_abs = c.max_abs, max_rel = c.max_rel, ulp_max = c.ulp_max,
         n_bad = c.n_bad, ok = c.ok}
@@ -312,6 +376,12 @@ local function measure_as(p, cell, variant, bufs, row, name)
   row.pct = roof > 0 and 100 * b.gbps / roof or nil
   row.deterministic, row.reduce = info.deterministic, info.reduce
   row.grid, row.block, row.cluster = info.grid, info.block, info.cluster
+  if info.transpose ~= "none" then
+    row.transpose = info.transpose
+  end
+  if info.scaling ~= "" then
+    row.scaling = info.scaling
+  end
   row.sets, row.footprint_bytes = b.sets, b.footprint_bytes
   return row
 end
@@ -399,7 +469,10 @@ local function identity(p, ncells)
     stats = p.stats, mode = enums.mode.name[p.opts.mode],
     outputs = p.opts.share_outputs ~= 0 and "shared" or "rotate", graph = (p.opts.graph or 0) ~= 0,
     batches = s.batches, reps = s.reps, warmup_ms = s.warmup_ms, batch_ms = s.batch_ms,
-    seed = s.seed, version = core.version(), cells = ncells})
+    seed = s.seed, version = core.version(), out_dtype = p.out_dtype,
+    scaling = p.out_dtype and enums.scaling.name[p.scaling] or nil,
+    transpose = p.transpose and enums.transpose.name[p.transpose] or nil,
+    rowwise = p.shape.transpose_op and p.rowwise or nil, cells = ncells})
 end
 
 return function(spec)

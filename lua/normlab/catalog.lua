@@ -10,7 +10,19 @@ local function cell(s)
   return (tostring(s):gsub("|", "\\|"))
 end
 
--- One line per variant: | name | backend | reductions | strategy | limits |
+-- What a variant offers beyond y in x's dtype: "fp8: delayed, current; yt: strided, external".
+local function outputs(v)
+  local parts = {}
+  if #v.fp8 > 0 then
+    parts[#parts + 1] = "fp8: " .. table.concat(v.fp8, ", ")
+  end
+  if #v.transposes > 0 then
+    parts[#parts + 1] = "yt: " .. table.concat(v.transposes, ", ")
+  end
+  return #parts > 0 and table.concat(parts, "; ") or "-"
+end
+
+-- One line per variant: | name | backend | reductions | fp8 y and yt | strategy | limits |
 local function variant_line(v)
   local red = {}
   for _, r in ipairs(v.reduces) do
@@ -21,8 +33,8 @@ local function variant_line(v)
     end
   end
   red = #red > 0 and table.concat(red, ", ") or "-"
-  return string.format("| `%s` | %s | %s | %s | %s |", v.name, v.backend, red, cell(v.summary),
-    cell(v.limits))
+  return string.format("| `%s` | %s | %s | %s | %s | %s |", v.name, v.backend, red, outputs(v),
+    cell(v.summary), cell(v.limits))
 end
 
 local function setting_line(s)
@@ -32,8 +44,8 @@ end
 -- The whole catalog: variants, then settings with normlab's defaults, then the defaults that
 -- differ by GPU model, as markdown text.
 function catalog.markdown()
-  local out = {"| variant | backend | dW reduction (default first) | strategy | limits |",
-    "|---|---|---|---|---|"}
+  local out = {"| variant | backend | dW reduction (default first) | fp8 y, transposed copy yt | "
+    .. "strategy | limits |", "|---|---|---|---|---|---|"}
   for _, v in ipairs(ops.variants()) do
     out[#out + 1] = variant_line(v)
   end

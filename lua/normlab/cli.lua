@@ -26,11 +26,13 @@ local format, concat = string.format, table.concat
 
 cli.DTYPES = {"fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "fp64"}
 cli.MODES = {"rotate", "flush", "hot"}
-cli.OPS = {"rmsnorm", "layernorm", "add_rmsnorm"}
+cli.OPS = {"rmsnorm", "layernorm", "add_rmsnorm", "transpose"}
 cli.PASSES = {"fwd", "bwd"}
 cli.VECTOR_KINDS = {"fp32", "x", "none"}
--- The ops with a bias (the others refuse --bias other than none).
+-- The ops with a bias (the others refuse --bias other than none), and the op without a weight
+-- (--weight does not apply to it) and without a backward pass.
 local HAS_BIAS = {layernorm = true}
+local NO_WEIGHT = {transpose = true}
 
 local function member(list, x)
   for _, v in ipairs(list) do
@@ -325,6 +327,9 @@ local function resolve_op(setup, args)
   if args.bias and args.bias ~= "none" and not HAS_BIAS[op] then
     return format("--bias %s: %s has no bias (layernorm has one)", args.bias, op)
   end
+  if NO_WEIGHT[op] and pass ~= "fwd" then
+    return format("--op %s: %s has a forward pass only", args.op, op)
+  end
   args.op, args.pass, args.opname = op, pass, op .. "." .. pass
   return nil
 end
@@ -416,6 +421,9 @@ function cli.bench_opts(args, base)
   o.outputs = args.outputs or o.outputs
   o.weight = args.weight or o.weight
   o.bias = args.bias or o.bias
+  if NO_WEIGHT[args.op] then
+    o.weight, o.bias = "none", nil
+  end
   if args.graph then o.graph = true end
   o.batches = args.batches or o.batches
   o.seed = args.seed or o.seed

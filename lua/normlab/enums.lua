@@ -14,4 +14,7 @@ return {
                     {"partials", "NL_REDUCE_PARTIALS"}, {"atomic", "NL_REDUCE_ATOMIC"}}),
   mode = enum(K, {{"rotate", "NL_BENCH_ROTATE"}, {"flush", "NL_BENCH_FLUSH"},
                   {"hot", "NL_BENCH_HOT"}}),
+  scaling = enum(K, {{"delayed", "NL_SCALING_DELAYED"}, {"current", "NL_SCALING_CURRENT"}}),
+  transpose = enum(K, {{"default", "NL_TRANSPOSE_DEFAULT"}, {"strided", "NL_TRANSPOSE_STRIDED"},
+                       {"external", "NL_TRANSPOSE_EXTERNAL"}, {"fused_tiled", "NL_TRANSPOSE_FUSED"}}),
 }

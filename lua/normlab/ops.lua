@@ -1,4 +1,5 @@
--- normlab.ops: the norm ops (rmsnorm, layernorm, add_rmsnorm, forward and backward), the
+-- normlab.ops: the norm ops (rmsnorm, layernorm, add_rmsnorm, forward and backward, a
+-- forward's fp8 output and transposed copy), the transpose op (transpose, cast_transpose), the
 -- low-level run/supports/resolve, and the variant registry as Lua tables.
 --
 -- Lua checks what only Lua knows (argument types, freed buffers, option keys and values,
@@ -26,27 +27,29 @@ local function variants_raw()
   return registry
 end
 
--- Names of the reductions in a bit mask (bit 1 << nl_reduce); arithmetic, not bit ops, so
--- that the code runs on Lua 5.1/LuaJIT as on 5.4.
-local function reduce_names(mask)
+-- Names of the enum values whose bits (1 << value) are set in mask; arithmetic, not bit ops,
+-- so that the code runs on Lua 5.1/LuaJIT as on 5.4.
+local function bit_names(enum, mask)
   local list = {}
-  for _, name in ipairs(enums.reduce.names) do
-    local v = enums.reduce.value[name]
-    if math.floor(mask / 2 ^ v) % 2 == 1 then
+  for _, name in ipairs(enum.names) do
+    if math.floor(mask / 2 ^ enum.value[name]) % 2 == 1 then
       list[#list + 1] = name
     end
   end
   return list
 end
 
--- Each entry is the binding's nl_variant_desc with the enum-valued fields as names.
+-- Each entry is the binding's nl_variant_desc with the enum-valued fields as names: reduces,
+-- fp8 (the scalings it offers with an fp8 y) and transposes (the ways it writes yt) as lists.
 function M.variants(filter)
   local f = util.options("variants", filter, {"op", "pass", "backend"})
   local list = {}
   for _, v in ipairs(variants_raw()) do
     local e = util.copy(v)
     e.backend = enums.backend.name[v.backend]
-    e.reduces = reduce_names(v.reduces)
+    e.fp8 = bit_names(enums.scaling, v.fp8)
+    e.transposes = bit_names(enums.transpose, v.transposes)
+    e.reduces = bit_names(enums.reduce, v.reduces)
     e.default_reduce = enums.reduce.name[v.default_reduce]
     if (f.op == nil or f.op == e.op) and (f.pass == nil or f.pass == e.pass)
         and (f.backend == nil or f.backend == e.backend) then
@@ -102,16 +105,24 @@ local function low_args(who, args)
   if type(a.reduce) == "string" then
     a.reduce = util.choice(who, "reduce", a.reduce, enums.reduce)
   end
+  if type(a.scaling) == "string" then
+    a.scaling = util.choice(who, "scaling", a.scaling, enums.scaling)
+  end
+  if type(a.transpose) == "string" then
+    a.transpose = util.choice(who, "transpose", a.transpose, enums.transpose)
+  end
   return check.struct("args", "nl_norm_args", a)
 end
 
--- The binding's nl_run_info with the enum-valued fields as names and deterministic as a
--- boolean; every other field as it is.
+-- The binding's nl_run_info with the enum-valued fields as names (transpose "none" when no yt
+-- was written) and deterministic as a boolean; every other field as it is.
 function M.info_table(i)
   local t = util.copy(i)
   t.backend = enums.backend.name[i.backend]
   t.reduce = enums.reduce.name[i.reduce]
   t.deterministic = i.deterministic ~= 0
+  -- how yt was written ("none": there was none); scaling stays "" without an fp8 output
+  t.transpose = i.transpose ~= 0 and enums.transpose.name[i.transpose] or "none"
   return t
 end
 
@@ -172,9 +183,10 @@ local function flag_opt(who, key, v)
 end
 
 -- An output: the buffer the caller passed in option `key`, else a new one, remembered in
--- `new`. kind: "act" (x's shape and dtype), "stat" (fp32, one per row of x), or a buffer
--- whose shape and dtype to copy (w for dw).
-local function output(who, key, given, new, x, kind)
+-- `new`. kind: "act" (x's shape, and dtype unless `dtype` gives one), "trans" (x's shape
+-- transposed, dtype `dtype`), "stat" (fp32, one per row of x), "one" (fp32, one element), or
+-- a buffer whose shape and dtype to copy (w for dw).
+local function output(who, key, given, new, x, kind, dtype)
   local b = arg(who, key, given, true)
   if b ~= nil then
     return b
@@ -183,7 +195,12 @@ local function output(who, key, given, new, x, kind)
   if core.is_buffer(kind) then
     b = core.buffer(xd.backend, xd.index, kind:desc().dtype, kind.shape)
   elseif kind == "act" then
-    b = core.buffer(xd.backend, xd.index, xd.dtype, x.shape)
+    b = core.buffer(xd.backend, xd.index, dtype or xd.dtype, x.shape)
+  elseif kind == "trans" then
+    local shape = x.shape
+    b = core.buffer(xd.backend, xd.index, dtype, {shape[2] or shape[1], shape[2] and shape[1] or 1})
+  elseif kind == "one" then
+    b = core.buffer(xd.backend, xd.index, K.NL_F32, {1})
   else
     b = core.buffer(xd.backend, xd.index, K.NL_F32, {xd.ndim == 1 and 1 or xd.rows})
   end
@@ -191,14 +208,18 @@ local function output(who, key, given, new, x, kind)
   return b
 end
 
--- Runs outputs(new), which puts the outputs into args, then the variant. When anything
--- fails, the buffers allocated so far are freed before the error goes on.
+-- Runs outputs(new, temps), which puts the outputs into args (and any temporary inputs, such
+-- as a scale given as a number, into temps), then the variant. When anything fails, the
+-- buffers allocated so far are freed before the error goes on; temporaries always are.
 local function run(name, args, outputs)
-  local new = {}
+  local new, temps = {}, {}
   local ok, err = pcall(function()
-    outputs(new)
+    outputs(new, temps)
     dispatched_run(name, args)
   end)
+  for _, b in ipairs(temps) do
+    b:free()
+  end
   if not ok then
     for _, b in ipairs(new) do
       b:free()
@@ -207,32 +228,125 @@ local function run(name, args, outputs)
   end
 end
 
+---- the fp8 output and the transposed copy ----
+
+local FP8 = {fp8e4m3 = true, fp8e5m2 = true}
+
+-- The output dtype's value from option `key` (a dtype name) or the output buffer given;
+-- nil: x's dtype.
+local function out_dtype(who, key, name, given)
+  if name ~= nil then
+    local dt = buffer.dtype(who, name)
+    if given ~= nil and core.is_buffer(given) and given:desc().dtype ~= dt then
+      util.failf("%s: option '%s' is %s but the output buffer given is %s", who, key, name,
+        given.dtype)
+    end
+    return dt
+  end
+end
+
+-- Checks the fp8 options (scale, amax, scaling) against the output dtype's name and sets
+-- args.scaling; returns the function that fills args.scale and args.amax (a number scale
+-- becomes a 1-element buffer on x's device, freed after the call; amax = true allocates one).
+local function fp8_args(who, o, a, x, ydt_name)
+  local fp8 = FP8[ydt_name]
+  for _, key in ipairs({"scale", "amax", "scaling"}) do
+    if o[key] ~= nil and not fp8 then
+      util.failf("%s: option '%s' comes with an fp8 output (out_dtype fp8e4m3 or fp8e5m2), but "
+        .. "the output is %s", who, key, ydt_name)
+    end
+  end
+  a.scaling = util.choice(who, "scaling", o.scaling, enums.scaling, "delayed")
+  local sc = o.scale
+  if sc ~= nil and type(sc) ~= "number" then
+    arg(who, "scale", sc)
+  elseif sc ~= nil and (sc ~= sc or a.scaling == enums.scaling.value.current) then
+    util.failf("%s: option 'scale' must be a number (not NaN) or a buffer%s", who,
+      a.scaling == enums.scaling.value.current
+        and "; current scaling computes it: give a buffer to receive it" or "")
+  end
+  if o.amax ~= nil and o.amax ~= true then
+    arg(who, "amax", o.amax)
+  end
+  return function(new, temps)
+    if type(sc) == "number" then
+      local xd = x:desc()
+      a.scale = core.buffer(xd.backend, xd.index, K.NL_F32, {1})
+      temps[#temps + 1] = a.scale
+      a.scale:fill(sc)
+    else
+      a.scale = sc
+    end
+    if o.amax ~= nil then
+      a.amax = output(who, "amax", o.amax ~= true and o.amax or nil, new, x, "one")
+    end
+  end
+end
+
+-- The forward options shared by the norms: out_dtype (or `out` given as an fp8 buffer), scale,
+-- amax, scaling, transpose (a way or true) and yt. Returns the function that fills y, yt,
+-- scale and amax into a.
+local function fwd_outputs(who, o, a, x)
+  local ydt = out_dtype(who, "out_dtype", o.out_dtype, o.out)
+  if ydt == nil and o.out ~= nil then
+    arg(who, "out", o.out)
+    ydt = o.out:desc().dtype
+  end
+  local ydt_name = enums.dtype.name[ydt or x:desc().dtype]
+  local fill8 = fp8_args(who, o, a, x, ydt_name)
+  local tr = o.transpose
+  if tr ~= nil and tr ~= true then
+    a.transpose = util.choice(who, "transpose", tr, enums.transpose)
+  end
+  return function(new, temps)
+    a.y = output(who, "out", o.out, new, x, "act", ydt)
+    if tr ~= nil or o.yt ~= nil then
+      a.yt = output(who, "yt", o.yt, new, x, "trans", a.y:desc().dtype)
+    end
+    fill8(new, temps)
+  end
+end
+
+local FWD8_KEYS = {"out_dtype", "scale", "amax", "scaling", "transpose", "yt"}
+
+local function keys(list, extra)
+  local all = {}
+  for _, k in ipairs(list) do all[#all + 1] = k end
+  for _, k in ipairs(extra or {}) do all[#all + 1] = k end
+  return all
+end
+
 ---- forward ----
+
+-- Each forward returns its outputs, then yt (when a transposed copy was asked for: option
+-- transpose or yt) and amax (when asked for: amax = true or a buffer), nil where not asked.
 
 function M.rmsnorm(x, w, opts)
   local who = "rmsnorm"
-  local o = util.options(who, opts, {"eps", "variant", "cast", "offset", "out", "rstd"})
+  local o = util.options(who, opts, keys({"eps", "variant", "cast", "offset", "out", "rstd"}, FWD8_KEYS))
   x, w = arg(who, "x", x), arg(who, "w", w, true)
   local a = {x = x, w = w, eps = M.eps_opt(who, o.eps, 1e-6),
     offset = M.offset_opt(who, o.offset),
     cast = util.choice(who, "cast", o.cast, enums.cast, "llama")}
-  run(M.variant_name(who, "rmsnorm", "fwd", o.variant), a, function(new)
-    a.y = output(who, "out", o.out, new, x, "act")
+  local outs = fwd_outputs(who, o, a, x)
+  run(M.variant_name(who, "rmsnorm", "fwd", o.variant), a, function(new, temps)
+    outs(new, temps)
     if o.rstd ~= false then
       a.rstd = output(who, "rstd", o.rstd, new, x, "stat")
     end
   end)
-  return a.y, a.rstd
+  return a.y, a.rstd, a.yt, a.amax
 end
 
 function M.layernorm(x, w, b, opts)
   local who = "layernorm"
-  local o = util.options(who, opts, {"eps", "variant", "offset", "out", "mean", "rstd"})
+  local o = util.options(who, opts, keys({"eps", "variant", "offset", "out", "mean", "rstd"}, FWD8_KEYS))
   x, w, b = arg(who, "x", x), arg(who, "w", w, true), arg(who, "b", b, true)
   local a = {x = x, w = w, b = b, eps = M.eps_opt(who, o.eps, 1e-5),
     offset = M.offset_opt(who, o.offset)}
-  run(M.variant_name(who, "layernorm", "fwd", o.variant), a, function(new)
-    a.y = output(who, "out", o.out, new, x, "act")
+  local outs = fwd_outputs(who, o, a, x)
+  run(M.variant_name(who, "layernorm", "fwd", o.variant), a, function(new, temps)
+    outs(new, temps)
     if o.mean ~= false then
       a.mean = output(who, "mean", o.mean, new, x, "stat")
     end
@@ -240,13 +354,13 @@ function M.layernorm(x, w, b, opts)
       a.rstd = output(who, "rstd", o.rstd, new, x, "stat")
     end
   end)
-  return a.y, a.mean, a.rstd
+  return a.y, a.mean, a.rstd, a.yt, a.amax
 end
 
 function M.add_rmsnorm(x, residual, w, opts)
   local who = "add_rmsnorm"
   local o = util.options(who, opts,
-    {"eps", "variant", "cast", "offset", "out", "residual_out", "rstd", "inplace"})
+    keys({"eps", "variant", "cast", "offset", "out", "residual_out", "rstd", "inplace"}, FWD8_KEYS))
   x, residual, w = arg(who, "x", x), arg(who, "residual", residual), arg(who, "w", w, true)
   local a = {x = x, residual = residual, w = w, eps = M.eps_opt(who, o.eps, 1e-6),
     offset = M.offset_opt(who, o.offset),
@@ -254,15 +368,56 @@ function M.add_rmsnorm(x, residual, w, opts)
   if flag_opt(who, "inplace", o.inplace) and o.residual_out ~= nil then
     util.failf("%s: give either inplace=true or residual_out, not both", who)
   end
-  run(M.variant_name(who, "add_rmsnorm", "fwd", o.variant), a, function(new)
-    a.y = output(who, "out", o.out, new, x, "act")
+  local outs = fwd_outputs(who, o, a, x)
+  run(M.variant_name(who, "add_rmsnorm", "fwd", o.variant), a, function(new, temps)
+    outs(new, temps)
     a.residual_out = o.inplace and residual
       or output(who, "residual_out", o.residual_out, new, x, "act")
     if o.rstd ~= false then
       a.rstd = output(who, "rstd", o.rstd, new, x, "stat")
     end
   end)
-  return a.y, a.residual_out, a.rstd
+  return a.y, a.residual_out, a.rstd, a.yt, a.amax
+end
+
+---- the transpose op ----
+
+-- transpose.fwd: yt (x transposed, in `dtype`: x's or fp8 with scale) and, when y_too, the
+-- row-major cast copy y. o.out names the buffer of the op's main output.
+local function transpose_op(who, x, o, y_too)
+  x = arg(who, "x", x)
+  local main = y_too and o.yt or o.out
+  local dt = out_dtype(who, "dtype", o.dtype, main)
+  if dt == nil and main ~= nil then
+    dt = arg(who, y_too and "yt" or "out", main):desc().dtype
+  end
+  local dt_name = enums.dtype.name[dt or x:desc().dtype]
+  local a = {x = x}
+  local fill8 = fp8_args(who, o, a, x, dt_name)
+  run(M.variant_name(who, "transpose", "fwd", o.variant), a, function(new, temps)
+    if y_too then
+      a.y = output(who, "out", o.out, new, x, "act", dt)
+    end
+    a.yt = output(who, y_too and "yt" or "out", main, new, x, "trans", dt or x:desc().dtype)
+    fill8(new, temps)
+  end)
+  return a
+end
+
+-- nl.transpose(x, opts) -> yt [, amax]
+function M.transpose(x, opts)
+  local who = "transpose"
+  local o = util.options(who, opts, {"variant", "dtype", "scale", "amax", "scaling", "out"})
+  local a = transpose_op(who, x, o, false)
+  return a.yt, a.amax
+end
+
+-- nl.cast_transpose(x, opts) -> y, yt [, amax]
+function M.cast_transpose(x, opts)
+  local who = "cast_transpose"
+  local o = util.options(who, opts, {"variant", "dtype", "scale", "amax", "scaling", "out", "yt"})
+  local a = transpose_op(who, x, o, true)
+  return a.y, a.yt, a.amax
 end
 
 ---- backward ----

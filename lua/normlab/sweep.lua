@@ -18,7 +18,7 @@
 -- sweep's identity: op ("<op>.<pass>"), variants (as the columns read), dtypes, M, N, device
 -- ({kind =, model =}: shards may run on different devices of one model), weight, bias, cast,
 -- offset, eps, reduce, check, stats, mode, outputs, graph, batches, reps, warmup_ms, batch_ms,
--- seed, version; cells (the count) and hash (sweep.hash of the identity fields; the settings,
+-- seed, version, and for fp8 outputs out_dtype, scaling, transpose and rowwise; cells (the count) and hash (sweep.hash of the identity fields; the settings,
 -- kept in meta.settings, are compared on their own). meta.shard = {index =, count =, cells =}
 -- says which part of it one run holds. Pure Lua, 5.1-compatible, no C library needed.
 local sweep = {}
@@ -28,7 +28,7 @@ local floor, huge = math.floor, math.huge
 
 sweep.IDENTITY = {"op", "variants", "dtypes", "M", "N", "device", "weight", "bias", "cast", "offset",
   "eps", "reduce", "check", "stats", "mode", "outputs", "graph", "batches", "reps", "warmup_ms",
-  "batch_ms", "seed", "version", "cells"}
+  "batch_ms", "seed", "version", "out_dtype", "scaling", "transpose", "rowwise", "cells"}
 
 function sweep.cells(dtypes, Ms, Ns)
   local out = {}

@@ -31,9 +31,12 @@ local STAT = {
   fp8e5m2 = {1e-5, 0.13},
 }
 
-local KIND = {y = "act", residual_out = "act", dx = "act", rstd = "stat", mean = "stat",
-  dw = "grad", db = "grad"}
-local OUTPUTS = "y, residual_out, dx, rstd, mean, dw, db"
+-- yt is y transposed; an fp8 y (and yt) takes the fp8 dtype's bound (one fp8 ulp is up to an
+-- eighth of the value); amax (max |y|) and the scale current scaling derives from it are
+-- fp32 values off by what y is off by before its last rounding, a stat's bound.
+local KIND = {y = "act", yt = "act", residual_out = "act", dx = "act", rstd = "stat",
+  mean = "stat", amax = "stat", scale = "stat", dw = "grad", db = "grad"}
+local OUTPUTS = "y, yt, residual_out, dx, rstd, mean, amax, scale, dw, db"
 
 -- nl.tolerance(dtype, output [, M]) -> atol, rtol
 return function(dtype, output, M)

@@ -1,0 +1,466 @@
+/*
+ * transpose.cu: the transpose op (transpose.fwd.*): yt = x transposed ([N, M]), in x's dtype
+ * or cast to fp8 with a scale, with amax (max |x|) and, for cast_transpose, the row-major
+ * cast copy y written from the same loads. The core also runs `tiled` after a norm kernel for
+ * the external transposed copy of the norm's y (fp8 or not: a copy of its bits).
+ *
+ * Strategies (nlk_cuda_transpose, at the end):
+ *   naive  one element per thread: a warp reads 32 consecutive elements of an x row
+ *          (coalesced) and writes them 32 yt rows apart (a sector per element): the baseline.
+ *   tiled  a CTA moves a transpose.tile_m x transpose.tile_n tile through shared memory:
+ *          16-byte loads along x's rows, 16-byte stores along yt's rows, the tile XOR-swizzled
+ *          so that neither side has bank conflicts (from 128 bytes of output per tile row).
+ * Elements: out of the same dtype without a scale, the bits are copied (COPY); into fp8 each
+ * is satfinite(rne(x * scale)) of the fp32 product (device.cuh's to_fp8: the CPU's bits).
+ * Current scaling: an amax pass over x first, then the cast pass computes the scale from it
+ * (every CTA the same bits) and writes it out; run info says "current: two passes".
+ * Accesses are 16 bytes when every base pointer and row stride allows (16-byte aligned), and
+ * element by element otherwise, as the norm kernels choose their pack width.
+ */
+#include "device.cuh"
+#include "nlk_cuda.h"
+#include "plan.cuh"
+
+namespace nlk {
+
+namespace {
+
+/* TR_THREADS per CTA; LOAD_BATCH: a tiled thread's 16-byte loads in flight before it converts
+ * and stores them (one at a time, each waited for the last one's latency). The tiled kernels
+ * take 64 (fp32 in) to 128 (fp8 in) registers with it, no spills: two or three CTAs per SM,
+ * 32 KB or more of loads in flight per SM, about twice what HBM3's latency asks for; the
+ * first thing to measure on a GPU, with the tile. */
+enum { TR_THREADS = 256, NAIVE_ROWS = TR_THREADS / 32, LOAD_BATCH = 4 };
+
+/* What an element becomes: the same bits, or fp8 with the scale. */
+enum class Cast { COPY, E4M3, E5M2 };
+
+template <typename TI, Cast C>
+using OutT = std::conditional_t<C == Cast::COPY, TI,
+                                std::conditional_t<C == Cast::E4M3, __nv_fp8_e4m3, __nv_fp8_e5m2>>;
+
+/* The kernels' one argument. */
+struct TrArgs {
+  const void *x;
+  void *y, *yt;         /* y: the row-major cast copy, optional */
+  int64_t sx, sy, syt;
+  int M, N;
+  const float *scale;   /* delayed: read (NULL: 1) */
+  float *amax;          /* delayed: reduced into when given; current: read for the scale */
+  float *scale_out;     /* current: the scale computed goes here (NULL: nowhere) */
+  int tile_m, tile_n;
+  bool current;         /* the scale from *amax, which the amax pass wrote */
+  bool vec;             /* 16-byte accesses (pointers and strides allow them) */
+  bool track;           /* reduce |x| into *amax */
+};
+
+template <typename TI> __device__ __forceinline__ unsigned abs_of(TI v) { return abs_bits(to_f(v)); }
+
+template <typename TI, Cast C> __device__ __forceinline__ OutT<TI, C> cast(TI v, float scale)
+{
+  if constexpr (C == Cast::COPY)
+    return v;
+  else
+    return to_fp8<OutT<TI, C>>(to_f(v), scale);
+}
+
+/* The scale of a cast pass: current scaling's from amax (CTA 0 writes it out), delayed's as
+ * given. */
+template <Cast C> __device__ __forceinline__ float pass_scale(const TrArgs &a)
+{
+  if (C == Cast::COPY)
+    return 1.f;
+  if (!a.current)
+    return a.scale ? *a.scale : 1.f;
+  const float s = scale_from_amax(*a.amax, fp8_max<C == Cast::E4M3 ? NLK_F8E4M3 : NLK_F8E5M2>());
+  if (a.scale_out && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+    *a.scale_out = s;
+  return s;
+}
+
+/* naive: thread t of a CTA takes element (row0 + t / 32, col0 + t % 32); the grid covers 32
+ * columns per CTA along x and NAIVE_ROWS rows along y, striding over rows past 65535 CTAs.
+ * Hazard: none (each element is its own). */
+template <typename TI, Cast C>
+__global__ void __launch_bounds__(TR_THREADS) tr_naive(TrArgs a)
+{
+  using TO = OutT<TI, C>;
+  __shared__ unsigned red[32];
+  const float scale = pass_scale<C>(a);
+  const int j = blockIdx.x * 32 + (threadIdx.x & 31);
+  unsigned am = 0;
+  for (int64_t i = (int64_t)blockIdx.y * NAIVE_ROWS + (threadIdx.x >> 5); i < a.M;
+       i += (int64_t)gridDim.y * NAIVE_ROWS) {
+    if (j >= a.N)
+      continue;
+    const TI v = static_cast<const TI *>(a.x)[i * a.sx + j];
+    if (a.track)
+      am = max(am, abs_of(v));
+    const TO o = cast<TI, C>(v, scale);
+    static_cast<TO *>(a.yt)[(int64_t)j * a.syt + i] = o;
+    if (a.y)
+      static_cast<TO *>(a.y)[i * a.sy + j] = o;
+  }
+  if (a.track)
+    amax_commit(a.amax, am, red);
+}
+
+/* ---- tiled ---- */
+
+/* The tile's layout in shared memory: tile_m rows of tile_n output elements (pitch pw 32-bit
+ * words), each row's words XOR-swizzled by swz(row). The transposing read has a warp take
+ * RB blocks of V rows (V = 16 bytes of output: one yt chunk) at CW = 32 / RB word columns; the
+ * swizzle puts the RB row blocks of a word column in different banks: rb * CW, within the
+ * row. A multiple of CW (>= 4 words) keeps a thread's stored chunk (up to 4 words) whole. */
+struct Tile {
+  int pw;      /* words per row */
+  int rb;      /* row blocks per warp (a power of two, <= 8) */
+  int cw;      /* word columns per warp = 32 / rb */
+  int nrb;     /* row blocks per tile = tile_m / V */
+  __device__ __forceinline__ int swz(int row, int v) const { return ((row / v) % rb * cw) & (pw - 1); }
+};
+
+/* The 16-byte chunk q (of 4 / E) of V words, one per row, each holding 4 / E elements: the
+ * elements at position q of every word, in row order (a register transpose by byte permutes). */
+template <int E> __device__ __forceinline__ uint4 column_chunk(const unsigned (&w)[16 / E], int q)
+{
+  uint4 c;
+  unsigned *o = reinterpret_cast<unsigned *>(&c);
+  if constexpr (E == 4) {
+    o[0] = w[0]; o[1] = w[1]; o[2] = w[2]; o[3] = w[3];
+  } else if constexpr (E == 2) {
+    const unsigned sel = q ? 0x7632u : 0x5410u;
+#pragma unroll
+    for (int p = 0; p < 4; p++)
+      o[p] = __byte_perm(w[2 * p], w[2 * p + 1], sel);
+  } else {
+    const unsigned sel = (unsigned)q | ((unsigned)(q + 4) << 4);  /* byte q of each word */
+#pragma unroll
+    for (int p = 0; p < 4; p++)
+      o[p] = __byte_perm(__byte_perm(w[4 * p], w[4 * p + 1], sel),
+                         __byte_perm(w[4 * p + 2], w[4 * p + 3], sel), 0x5410);
+  }
+  return c;
+}
+
+/* tiled: one CTA per tile (tiles of rows past 65535 CTAs in y: a stride). Load: each thread
+ * takes 16-byte chunks of the tile's rows (VI elements of x), LOAD_BATCH of them issued before
+ * any is used, converts them (amax on the way),
+ * writes the cast copy y from registers and the tile to shared memory. Transposing read: a
+ * thread takes one word column of V rows (RB row blocks of a warp side by side, so a warp's
+ * stores are RB x 16 contiguous bytes of 32 / RB yt rows), permutes bytes into 4 / E chunks
+ * of V elements and stores each as one 16-byte store to its yt row. Rows past M and columns
+ * past N are neither loaded nor stored (their tile slots hold stale data no store reads).
+ * Limits: tile_m >= V and tile_n x E >= 16 (supports); a barrier between the two phases and
+ * one before the next tile's loads (the tile is reused). */
+template <typename TI, Cast C>
+__global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
+{
+  using TO = OutT<TI, C>;
+  constexpr int E = sizeof(TO), VI = 16 / sizeof(TI), V = 16 / E, W = 4 / E;
+  extern __shared__ __align__(16) unsigned char tile[];
+  __shared__ unsigned red[32];
+  const float scale = pass_scale<C>(a);
+  Tile t;
+  t.pw = a.tile_n * E / 4;
+  t.nrb = a.tile_m / V;
+  t.rb = t.nrb < 8 ? t.nrb : 8;
+  t.cw = 32 / t.rb;
+  const int chunks_per_row = a.tile_n / VI;
+  const int loads = a.tile_m * chunks_per_row, reads = t.nrb * t.pw;
+  const int tiles_m = (a.M + a.tile_m - 1) / a.tile_m;
+  const int j0 = blockIdx.x * a.tile_n;
+  unsigned am = 0;
+
+  for (int tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
+    const int i0 = tm * a.tile_m;
+    for (int c0 = threadIdx.x; c0 < loads; c0 += TR_THREADS * LOAD_BATCH) {
+      Pack<TI, VI> in[LOAD_BATCH];
+#pragma unroll
+      for (int b = 0; b < LOAD_BATCH; b++) {
+        const int c = c0 + b * TR_THREADS, r = c / chunks_per_row, j = j0 + c % chunks_per_row * VI;
+        const int64_t i = (int64_t)i0 + r;
+        if (c >= loads || i >= a.M || j >= a.N)
+          continue;
+        if (a.vec && j + VI <= a.N) {
+          in[b] = load<TI, VI>(a.x, i, a.sx, j / VI);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VI; e++)
+            in[b].v[e] = j + e < a.N ? static_cast<const TI *>(a.x)[i * a.sx + j + e] : TI{};
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < LOAD_BATCH; b++) {
+        const int c = c0 + b * TR_THREADS, r = c / chunks_per_row, col = c % chunks_per_row * VI;
+        const int64_t i = (int64_t)i0 + r;
+        const int j = j0 + col;
+        if (c >= loads || i >= a.M || j >= a.N)
+          continue;
+        const bool full = a.vec && j + VI <= a.N;
+        Pack<TO, VI> out;
+#pragma unroll
+        for (int e = 0; e < VI; e++) {
+          if (a.track && j + e < a.N)
+            am = max(am, abs_of(in[b].v[e]));
+          out.v[e] = cast<TI, C>(in[b].v[e], scale);
+        }
+        if (a.y) {
+          if (full) {
+            store<TO, VI, true>(a.y, i, a.sy, j / VI, out);
+          } else {
+#pragma unroll
+            for (int e = 0; e < VI; e++)
+              if (j + e < a.N)
+                static_cast<TO *>(a.y)[i * a.sy + j + e] = out.v[e];
+          }
+        }
+        const int word = (col * E / 4) ^ t.swz(r, V);
+        *reinterpret_cast<Pack<TO, VI> *>(tile + (size_t)r * t.pw * 4 + (size_t)word * 4) = out;
+      }
+    }
+    __syncthreads();
+    for (int it = threadIdx.x; it < reads; it += TR_THREADS) {
+      const int rb = it / (t.rb * t.pw) * t.rb + it % t.rb, wc = it / t.rb % t.pw;
+      const int r0 = rb * V, jc = j0 + wc * W;
+      const int64_t i = (int64_t)i0 + r0;
+      if (i >= a.M || jc >= a.N)
+        continue;
+      unsigned w[V];
+      const int word = wc ^ t.swz(r0, V);
+#pragma unroll
+      for (int k = 0; k < V; k++)
+        w[k] = reinterpret_cast<const unsigned *>(tile)[(size_t)(r0 + k) * t.pw + word];
+      const bool full = a.vec && i + V <= a.M;
+#pragma unroll
+      for (int q = 0; q < W; q++) {
+        const int j = jc + q;
+        if (j >= a.N)
+          break;
+        const uint4 chunk = column_chunk<E>(w, q);
+        TO *row = static_cast<TO *>(a.yt) + (int64_t)j * a.syt + i;
+        if (full) {
+          __stcs(reinterpret_cast<uint4 *>(row), chunk);
+        } else {
+          /* unrolled, so that the chunk stays in registers */
+          const TO *e = reinterpret_cast<const TO *>(&chunk);
+#pragma unroll
+          for (int k = 0; k < V; k++)
+            if (i + k < a.M)
+              row[k] = e[k];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (a.track)
+    amax_commit(a.amax, am, red);
+}
+
+/* Current scaling's first pass: max |x| into *amax (cleared before), 16-byte chunks when
+ * a.vec, a grid stride over every row's chunks. */
+template <typename TI>
+__global__ void __launch_bounds__(TR_THREADS) tr_amax(TrArgs a)
+{
+  constexpr int VI = 16 / sizeof(TI);
+  __shared__ unsigned red[32];
+  const int per = a.vec ? VI : 1;
+  const int64_t nch = (a.N + per - 1) / per, total = (int64_t)a.M * nch;
+  unsigned am = 0;
+  for (int64_t c = (int64_t)blockIdx.x * TR_THREADS + threadIdx.x; c < total;
+       c += (int64_t)gridDim.x * TR_THREADS) {
+    const int64_t i = c / nch;
+    const int j = (int)(c % nch) * per;
+    if (a.vec && j + VI <= a.N) {
+      const Pack<TI, VI> p = load<TI, VI>(a.x, i, a.sx, j / VI);
+#pragma unroll
+      for (int e = 0; e < VI; e++)
+        am = max(am, abs_of(p.v[e]));
+    } else {
+      for (int e = 0; e < per && j + e < a.N; e++)
+        am = max(am, abs_of(static_cast<const TI *>(a.x)[i * a.sx + j + e]));
+    }
+  }
+  amax_commit(a.amax, am, red);
+}
+
+/* ---- host side ---- */
+
+/* Calls f(T{}) for x's dtype: every dtype the CUDA transpose takes. */
+template <typename F> int with_tr_dtype(int dt, F &&f)
+{
+  switch (dt) {
+  case NLK_F32: return f(float{});
+  case NLK_F16: return f(__half{});
+  case NLK_BF16: return f(__nv_bfloat16{});
+  case NLK_F8E4M3: return f(__nv_fp8_e4m3{});
+  case NLK_F8E5M2: return f(__nv_fp8_e5m2{});
+  default: return NLK_ERR_UNSUPPORTED;
+  }
+}
+
+/* The same bits out (yt of x's dtype, unscaled), or fp8 with a scale. */
+Cast cast_of(const nlk_norm *k)
+{
+  if (k->ydt == k->dt && (!nlk_is_fp8(k->ydt) || (!k->scale && k->scaling == NLK_SCALING_DELAYED)))
+    return Cast::COPY;
+  return k->ydt == NLK_F8E4M3 ? Cast::E4M3 : Cast::E5M2;
+}
+
+template <typename F> int with_cast(Cast c, F &&f)
+{
+  switch (c) {
+  case Cast::COPY: return f(std::integral_constant<Cast, Cast::COPY>{});
+  case Cast::E4M3: return f(std::integral_constant<Cast, Cast::E4M3>{});
+  default: return f(std::integral_constant<Cast, Cast::E5M2>{});
+  }
+}
+
+bool aligned16(const void *p, int64_t stride, int elt)
+{
+  return !p || ((uintptr_t)p % 16 == 0 && stride * elt % 16 == 0);
+}
+
+TrArgs tr_args(const nlk_norm *k)
+{
+  const bool current = nlk_is_fp8(k->ydt) && k->scaling == NLK_SCALING_CURRENT;
+  const int ei = nlk_dtype_size(k->dt), eo = nlk_dtype_size(k->ydt);
+  TrArgs a{};
+  a.x = k->x;
+  a.y = k->y;
+  a.yt = k->yt;
+  a.sx = k->sx;
+  a.sy = k->sy;
+  a.syt = k->syt;
+  a.M = (int)k->M;
+  a.N = (int)k->N;
+  a.scale = current ? NULL : k->scale;
+  a.amax = k->amax;
+  a.scale_out = current ? k->scale : NULL;
+  a.tile_m = k->tr.tile_m;
+  a.tile_n = k->tr.tile_n;
+  a.current = current;
+  a.vec = aligned16(k->x, k->sx, ei) && aligned16(k->y, k->sy, eo) && aligned16(k->yt, k->syt, eo);
+  a.track = k->amax && !current && nlk_is_fp8(k->ydt);
+  return a;
+}
+
+/* Clears amax and, under current scaling, runs the amax pass: the cast pass then reads it. */
+template <typename TI> int amax_pass(nlk_norm *k, TrArgs &a)
+{
+  cudaStream_t s = (cudaStream_t)k->stream;
+  if (!k->amax || !nlk_is_fp8(k->ydt))
+    return NLK_OK;
+  cudaError_t e = cudaMemsetAsync(k->amax, 0, sizeof(float), s);
+  if (e != cudaSuccess || !a.current)
+    return cuda_result(k, e);
+  const int64_t per = a.vec ? 16 / (int)sizeof(TI) : 1;
+  const int64_t chunks = k->M * ((k->N + per - 1) / per);
+  const int64_t want = (chunks + TR_THREADS - 1) / TR_THREADS, cap = (int64_t)k->sm_count * 8;
+  tr_amax<TI><<<(unsigned)(want < cap ? want : cap), TR_THREADS, 0, s>>>(a);
+  k->current_passes = 2;
+  k->extra_bytes = k->M * k->N * (int64_t)sizeof(TI); /* x read twice */
+  return cuda_result(k, cudaGetLastError());
+}
+
+int launch_naive(nlk_norm *k)
+{
+  TrArgs a = tr_args(k);
+  return with_tr_dtype(k->dt, [&](auto ti) {
+    using TI = decltype(ti);
+    int rc = amax_pass<TI>(k, a);
+    if (rc != NLK_OK)
+      return rc;
+    return with_cast(cast_of(k), [&](auto c) {
+      const void *kern = (const void *)tr_naive<TI, decltype(c)::value>;
+      const int64_t rows = (k->M + NAIVE_ROWS - 1) / NAIVE_ROWS;
+      const dim3 grid((unsigned)((k->N + 31) / 32), (unsigned)(rows < 65535 ? rows : 65535));
+      tr_naive<TI, decltype(c)::value><<<grid, TR_THREADS, 0, (cudaStream_t)k->stream>>>(a);
+      k->grid = (int32_t)(grid.x * grid.y);
+      k->block = TR_THREADS;
+      k->kernel = kern;
+      return cuda_result(k, cudaGetLastError());
+    });
+  });
+}
+
+/* The tiled kernel's shared memory: the tile of output elements. */
+size_t tile_bytes(const nlk_norm *k)
+{
+  return (size_t)k->tr.tile_m * k->tr.tile_n * nlk_dtype_size(k->ydt);
+}
+
+int launch_tiled(nlk_norm *k)
+{
+  TrArgs a = tr_args(k);
+  return with_tr_dtype(k->dt, [&](auto ti) {
+    using TI = decltype(ti);
+    int rc = amax_pass<TI>(k, a);
+    if (rc != NLK_OK)
+      return rc;
+    return with_cast(cast_of(k), [&](auto c) {
+      const void *kern = (const void *)tr_tiled<TI, decltype(c)::value>;
+      const size_t smem = tile_bytes(k);
+      cudaError_t e = allow_smem(k, kern, smem);
+      if (e != cudaSuccess)
+        return cuda_result(k, e);
+      const int64_t tiles_m = (k->M + a.tile_m - 1) / a.tile_m;
+      const dim3 grid((unsigned)((k->N + a.tile_n - 1) / a.tile_n),
+                      (unsigned)(tiles_m < 65535 ? tiles_m : 65535));
+      tr_tiled<TI, decltype(c)::value><<<grid, TR_THREADS, smem, (cudaStream_t)k->stream>>>(a);
+      k->grid = (int32_t)(grid.x * grid.y);
+      k->block = TR_THREADS;
+      k->kernel = kern;
+      return cuda_result(k, cudaGetLastError());
+    });
+  });
+}
+
+/* Both: M and N within int (grid x covers N / 32 or N / tile_n CTAs). */
+int shape_supports(const nlk_norm *k, char *why, size_t cap)
+{
+  const int64_t lim = ((int64_t)1 << 31) - 1;
+  if (k->M <= lim && k->N <= lim)
+    return NLK_OK;
+  snprintf(why, cap, "M = %lld, N = %lld: the CUDA transposes take M, N < 2^31", (long long)k->M,
+           (long long)k->N);
+  return NLK_ERR_UNSUPPORTED;
+}
+
+/* tiled: a tile of powers of two, at least one 16-byte chunk of x per tile row and one yt
+ * chunk (16 bytes of output) per tile column, within a CTA's shared memory. */
+int tiled_supports(const nlk_norm *k, char *why, size_t cap)
+{
+  const int tm = k->tr.tile_m, tn = k->tr.tile_n;
+  const int ei = nlk_dtype_size(k->dt), eo = nlk_dtype_size(k->ydt);
+  if (shape_supports(k, why, cap) != NLK_OK)
+    return NLK_ERR_UNSUPPORTED;
+  if (tm < 1 || tn < 1 || (tm & (tm - 1)) || (tn & (tn - 1))) {
+    snprintf(why, cap, "the tile %d x %d (transpose.tile_m x transpose.tile_n) is not of powers of two",
+             tm, tn);
+    return NLK_ERR_UNSUPPORTED;
+  }
+  if (tn * ei < 16 || tm * eo < 16 || tn * eo < 16) {
+    snprintf(why, cap, "the tile %d x %d is too small for %s to %s: tile_n >= %d and tile_m >= %d",
+             tm, tn, nlk_dtype_name(k->dt), nlk_dtype_name(k->ydt), 16 / (ei < eo ? ei : eo),
+             16 / eo);
+    return NLK_ERR_UNSUPPORTED;
+  }
+  if ((int64_t)tile_bytes(k) > k->smem_optin - 1024) {
+    snprintf(why, cap, "the tile %d x %d of %s (%zu bytes) does not fit a CTA's shared memory "
+             "(%lld bytes)", tm, tn, nlk_dtype_name(k->ydt), tile_bytes(k),
+             (long long)(k->smem_optin - 1024));
+    return NLK_ERR_UNSUPPORTED;
+  }
+  return NLK_OK;
+}
+
+} // namespace
+
+} // namespace nlk
+
+extern "C" const nlk_strategy nlk_cuda_transpose[] = {
+  {"naive", NLK_FWD, nlk::launch_naive, NULL, nlk::shape_supports},
+  {"tiled", NLK_FWD, nlk::launch_tiled, NULL, nlk::tiled_supports},
+  {NULL, 0, NULL, NULL, NULL},
+};

@@ -1,0 +1,246 @@
+-- The transpose op and the forwards' fp8 output and transposed copy on the GPU (#cuda; this
+-- spec drives transpose.fwd on CUDA, spec/drivers.lua), against the CPU reference:
+--   every CUDA transpose strategy (the registry's) exact for every dtype on odd shapes (M, N in
+--     1, 7, 33, 127, 4099, and 3 x 100000), strided rows (16-byte accesses or not), every tile
+--     setting, too small and non power-of-two tiles refused with their reason;
+--   its fp8 cast (x * scale rounded once to fp32, then to fp8) and cast_transpose's y and yt
+--     bit for bit, amax exactly max |x|, saturation, NaN and Inf, scale 0 and huge and tiny
+--     (no flush to zero), current scaling (the scale's bits, amax = 0 giving 1);
+--   every CUDA norm forward with an fp8 y: those that offer it (nl.supports) against ref, the
+--     bits where the fp32 value cannot differ and one ulp elsewhere (counted and printed),
+--     amax within fp32 rounding of y's, yt by each way they offer equal to y transposed; those
+--     that do not, refusing with the reason; yt in x's dtype (external) for every one.
+local nl = require("normlab")
+local helper = require("spec.helper")
+local drivers = require("spec.drivers")
+
+local cuda = helper.cuda
+local cpu = nl.device("cpu")
+local it_cuda = cuda and it or pending
+local keep = helper.keeper(after_each)
+local NAN, INF = 0 / 0, math.huge
+local FP8 = {"fp8e4m3", "fp8e5m2"}
+local DTYPES = {"fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2"}
+local SIZES = {1, 7, 33, 127, 4099}
+
+local function strategies()
+  return drivers.strategies("cuda", "transpose", "fwd")
+end
+
+-- a and b (any devices) hold the same values, NaN where the other has NaN; returns the cmp.
+local function same(a, b, what)
+  local c = nl.compare(a, b, {atol = 0, rtol = 0})
+  assert.are.equal(0, c.n_bad + c.n_nan, what .. ": " .. tostring(c))
+  return c
+end
+
+local function values(b)
+  return b:read(0, #b)
+end
+
+-- A CPU copy of x in a GPU buffer with row stride `pad` elements past N (nil: dense).
+local function to_gpu(x, pad)
+  local g = keep(cuda:empty(x.shape, x.dtype, {stride = pad and x.shape[2] + pad or nil}))
+  g:copy_(x)
+  return g
+end
+
+describe("#cuda transpose op", function()
+  it_cuda("is exact for every dtype on odd shapes and 3 x 100000, dense and strided", function()
+    for _, dt in ipairs(DTYPES) do
+      local shapes = {{3, 100000}}
+      for _, M in ipairs(SIZES) do
+        for _, N in ipairs(SIZES) do
+          shapes[#shapes + 1] = {M, N}
+        end
+      end
+      for _, s in ipairs(shapes) do
+        local x = keep(cpu:randn(s, dt, {seed = s[1] * 13 + s[2]}))
+        local r = keep(nl.transpose(x, {variant = "ref"}))
+        for _, pad in ipairs({false, 1, 16}) do
+          local gx = to_gpu(x, pad or nil)
+          for _, v in ipairs(strategies()) do
+            local yt = keep(cuda:full({s[2], s[1]}, NAN, dt))
+            keep(nl.transpose(gx, {variant = v, out = yt}))
+            same(yt, r, string.format("%s %s %dx%d pad %s", v, dt, s[1], s[2], tostring(pad)))
+          end
+        end
+      end
+    end
+  end)
+
+  it_cuda("casts to fp8 bit for bit: y and yt, amax, NaN/Inf, scales 0, huge, tiny", function()
+    for _, dt in ipairs(DTYPES) do
+      local x = keep(cpu:randn({37, 1029}, dt, {seed = 3, std = 20}))
+      -- specials in the first row: NaN, +-inf, +-0, the largest and a tiny value of the dtype
+      local specials = {NAN, INF, -INF, 0, -0.0, 1e30, -1e-30, 2 ^ -130}
+      for j, v in ipairs(specials) do x:set(1, j, v) end
+      local gx = to_gpu(x)
+      for _, f8 in ipairs(FP8) do
+        for _, scale in ipairs({1, 0.731, 300, 1e30, 0, 2 ^ -120, 2 ^ 100}) do
+          local ry, ryt, ramax = keep(nl.cast_transpose(x, {variant = "ref", dtype = f8,
+            scale = scale, amax = true}))
+          for _, v in ipairs(strategies()) do
+            local what = string.format("%s %s->%s scale %g", v, dt, f8, scale)
+            local y, yt, amax = keep(nl.cast_transpose(gx, {variant = v, dtype = f8, scale = scale,
+              amax = true}))
+            same(y, ry, what .. " y")
+            same(yt, ryt, what .. " yt")
+            same(amax, ramax, what .. " amax")
+            assert.is_true(amax:get(1) ~= amax:get(1), what .. ": a NaN makes amax NaN")
+          end
+        end
+      end
+    end
+  end)
+
+  it_cuda("current scaling: the scale's bits, amax, y; amax = 0 gives 1", function()
+    for _, dt in ipairs({"bf16", "fp32"}) do
+      local x = keep(cpu:randn({129, 515}, dt, {seed = 8}))
+      local gx = to_gpu(x)
+      for _, f8 in ipairs(FP8) do
+        local rs = keep(cpu:empty({1}))
+        local ry, ryt, ramax = keep(nl.cast_transpose(x, {variant = "ref", dtype = f8,
+          scaling = "current", scale = rs, amax = true}))
+        for _, v in ipairs(strategies()) do
+          local s = keep(cuda:empty({1}))
+          local y, yt, amax = keep(nl.cast_transpose(gx, {variant = v, dtype = f8,
+            scaling = "current", scale = s, amax = true}))
+          local what = v .. " " .. dt .. "->" .. f8
+          same(s, rs, what .. " scale")
+          same(amax, ramax, what .. " amax")
+          same(y, ry, what .. " y")
+          same(yt, ryt, what .. " yt")
+          local info = nl.run("transpose.fwd." .. v, {x = gx, yt = yt, scale = s, scaling = "current"})
+          assert.are.equal("current: two passes", info.scaling)
+        end
+      end
+    end
+    local z = to_gpu(keep(cpu:zeros({5, 40}, "bf16")))
+    for _, v in ipairs(strategies()) do
+      local s = keep(cuda:full({1}, 9))
+      keep(nl.transpose(z, {variant = v, dtype = "fp8e4m3", scaling = "current", scale = s}))
+      assert.are.equal(1, s:get(1))
+    end
+  end)
+
+  it_cuda("tiled: every tile setting gives the same bits; bad tiles are refused", function()
+    local x = keep(cpu:randn({257, 130}, "bf16", {seed = 4}))
+    local r = keep(nl.transpose(x, {variant = "ref", dtype = "fp8e4m3", scale = 3}))
+    local gx = to_gpu(x, 2)
+    for _, tile in ipairs({{16, 16}, {16, 128}, {32, 64}, {64, 64}, {128, 128}, {256, 64}, {64, 256}}) do
+      helper.with_settings({["transpose.tile_m"] = tile[1], ["transpose.tile_n"] = tile[2]}, function()
+        local yt = keep(nl.transpose(gx, {variant = "tiled", dtype = "fp8e4m3", scale = 3}))
+        same(yt, r, "tile " .. tile[1] .. "x" .. tile[2])
+      end)
+    end
+    local yt = keep(cuda:empty({130, 257}, "fp32"))
+    local fx = to_gpu(keep(cpu:randn({257, 130}, "fp32", {seed = 5})))
+    for _, c in ipairs({{{48, 64}, "not of powers of two"}, {{2, 64}, "too small"},
+        {{1024, 1024}, "does not fit a CTA's shared memory"}}) do
+      helper.with_settings({["transpose.tile_m"] = c[1][1], ["transpose.tile_n"] = c[1][2]}, function()
+        local ok, why = nl.supports("transpose.fwd.tiled", {x = fx, yt = yt})
+        assert.is_false(ok)
+        assert.truthy(why:find(c[2], 1, true), why)
+      end)
+    end
+  end)
+end)
+
+describe("#cuda fp8 output of the CUDA forwards", function()
+  local OPS = drivers.cuda.ops
+
+  local function args_of(op, x, y, extra)
+    local a = {x = x, y = y, eps = op == "layernorm" and 1e-5 or 1e-6}
+    if op == "add_rmsnorm" then
+      a.residual = x
+      a.residual_out = keep(cuda:empty(x.shape, x.dtype))
+    end
+    for k, v in pairs(extra or {}) do a[k] = v end
+    return a
+  end
+
+  -- The forward of op through nl's op functions: y, yt, amax.
+  local function forward(op, x, w, o)
+    if op == "rmsnorm" then
+      local y, _, yt, amax = keep(nl.rmsnorm(x, w, o))
+      return y, yt, amax
+    elseif op == "layernorm" then
+      local y, _, _, yt, amax = keep(nl.layernorm(x, w, nil, o))
+      return y, yt, amax
+    end
+    local y, _, _, yt, amax = keep(nl.add_rmsnorm(x, x, w, o))
+    return y, yt, amax
+  end
+
+  it_cuda("every forward: fp8 y against ref where offered (ulp-off counted), else refused", function()
+    for _, op in ipairs(OPS) do
+      for _, dt in ipairs({"bf16", "fp16", "fp32"}) do
+        for _, s in ipairs({{7, 1024}, {199, 4096}, {37, 1025}}) do
+          local x = keep(cpu:randn(s, dt, {seed = s[1] + s[2]}))
+          local w = keep(cpu:randn({s[2]}, dt, {seed = 2, mean = 1, std = 0.2}))
+          local gx, gw = to_gpu(x), to_gpu(w)
+          for _, f8 in ipairs(FP8) do
+            for _, scaling in ipairs({"delayed", "current"}) do
+              local o = {variant = "ref", out_dtype = f8, scaling = scaling, amax = true,
+                scale = scaling == "current" and keep(cpu:empty({1})) or 2}
+              local ry, _, ramax = forward(op, x, w, o)
+              for _, v in ipairs(drivers.strategies("cuda", op, "fwd")) do
+                local name = op .. ".fwd." .. v
+                local probe = args_of(op, gx, keep(cuda:empty(s, f8)),
+                  {w = gw, scaling = scaling, scale = keep(cuda:full({1}, 2))})
+                local ok, why = nl.supports(name, probe)
+                local what = string.format("%s %s->%s %s %dx%d", name, dt, f8, scaling, s[1], s[2])
+                if not ok then
+                  assert.truthy(why:find("not supported by this strategy", 1, true), what .. ": " .. why)
+                else
+                  local ways = {}
+                  for _, t in ipairs(nl.variants{op = op, pass = "fwd", backend = "cuda"}) do
+                    if t.strategy == v then ways = t.transposes end
+                  end
+                  for _, way in ipairs(ways) do
+                    local go = {variant = v, out_dtype = f8, scaling = scaling, amax = true,
+                      transpose = way, scale = scaling == "current" and keep(cuda:empty({1})) or 2}
+                    local y, yt, amax = forward(op, gx, gw, go)
+                    -- one ulp: an eighth (e4m3) or a quarter (e5m2) of the value, or the
+                    -- subnormal quantum
+                    local c = nl.compare(y, ry, {atol = f8 == "fp8e4m3" and 2 ^ -9 or 2 ^ -16,
+                      rtol = f8 == "fp8e4m3" and 2 ^ -3 or 2 ^ -2})
+                    local exact = nl.compare(y, ry, {atol = 0, rtol = 0})
+                    print(string.format("%s %s: %d of %d elements one fp8 ulp off", what, way,
+                      exact.n_bad, exact.n))
+                    assert.are.equal(0, c.n_bad + c.n_nan, what .. " " .. way .. ": " .. tostring(c))
+                    assert.is_true(exact.n_bad <= exact.n / 100, what .. ": too many off")
+                    local _, rtol = nl.tolerance(dt, "amax")
+                    assert.is_true(math.abs(amax:get(1) - ramax:get(1)) <= rtol * ramax:get(1), what)
+                    local back = keep(nl.transpose(yt, {variant = "tiled"}))
+                    same(back, y, what .. " " .. way .. " yt")
+                  end
+                end
+              end
+            end
+          end
+        end
+      end
+    end
+  end)
+
+  it_cuda("yt in x's dtype: every forward's transposed copy is y transposed, exactly", function()
+    for _, op in ipairs(OPS) do
+      for _, dt in ipairs({"bf16", "fp32"}) do
+        local x = keep(cuda:randn({129, 1000}, dt, {seed = 6}))
+        local w = keep(cuda:randn({1000}, dt, {seed = 7, mean = 1, std = 0.2}))
+        for _, v in ipairs(drivers.strategies("cuda", op, "fwd")) do
+          local ok, why = nl.supports(op .. ".fwd." .. v, args_of(op, x, keep(cuda:empty({129, 1000}, dt)),
+            {w = w, yt = keep(cuda:empty({1000, 129}, dt))}))
+          assert.is_true(ok, why)
+          local y, yt = forward(op, x, w, {variant = v, transpose = true})
+          local ref = keep(nl.transpose(y, {variant = "naive"}))
+          same(yt, ref, op .. " " .. v .. " " .. dt)
+          local info = nl.run(op .. ".fwd." .. v, args_of(op, x, y, {w = w, yt = yt}))
+          assert.are_not.equal("none", info.transpose)
+        end
+      end
+    end
+  end)
+end)
