@@ -23,14 +23,14 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
 #define FP8 0
 #define YT NL_TR_EXTERNAL
 
-/* auto forward: blockrow up to blockrow_max_n columns and blockrow_max_m rows (when a warp
- * holds the row), and below row_min_n columns whatever M; then persistent from
+/* auto forward: blockrow up to blockrow_max_n columns, from blockrow_min_m rows (fewer rows
+ * want a CTA each) up to blockrow_max_m, and below row_min_n columns whatever M above that; then persistent from
  * persistent_min_m rows and persistent_min_n columns, row otherwise. staged is not picked: it
  * led row only marginally and on one GPU (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
   if ((k->M <= kn->rms_fwd.blockrow_max_m || k->N < kn->rms_fwd.row_min_n) &&
-      k->N <= kn->rms_fwd.blockrow_max_n &&
+      k->M >= kn->rms_fwd.blockrow_min_m && k->N <= kn->rms_fwd.blockrow_max_n &&
       nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
     return "blockrow";
   if (k->M >= kn->rms_fwd.persistent_min_m && k->N >= kn->rms_fwd.persistent_min_n)
@@ -38,15 +38,16 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
   return "row";
 }
 
-/* auto backward: blockrow up to blockrow_max_n columns and blockrow_max_m rows, then persistent from persistent_min_m rows
- * (partials for fp32 rows up to fp32_partials_max_n: fp32 favours partials' contiguous row
- * chunks over persistent's grid stride, 16-bit rows do not), partials from partials_min_m,
- * row below; a requested reduction steers it to a variant that has one (temp: row; atomic:
+/* auto backward: row below partials_min_m rows (a CTA per row: few rows leave the grid-wide
+ * strategies idle), then blockrow up to blockrow_max_n columns and blockrow_max_m rows, then
+ * persistent from persistent_min_m rows (partials for fp32 rows up to fp32_partials_max_n:
+ * fp32 favours partials' contiguous row chunks over persistent's grid stride, 16-bit rows do
+ * not), partials below; a requested reduction steers it to a variant that has one (temp: row; atomic:
  * not partials). */
 static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
 {
   const int atomic = k->reduce == NLK_REDUCE_ATOMIC;
-  if (k->reduce == NLK_REDUCE_TEMP)
+  if (k->reduce == NLK_REDUCE_TEMP || k->M < kn->rms_bwd.partials_min_m)
     return "row";
   if (k->N <= kn->rms_bwd.blockrow_max_n && k->M <= kn->rms_bwd.blockrow_max_m &&
       nl__fits(NL_CUDA, NL_BWD, "blockrow", k))
@@ -54,9 +55,7 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
   if (k->M >= kn->rms_bwd.persistent_min_m)
     return k->dt == NLK_F32 && !atomic && k->N <= kn->rms_bwd.fp32_partials_max_n ? "partials"
                                                                                   : "persistent";
-  if (k->M >= kn->rms_bwd.partials_min_m)
-    return atomic ? "persistent" : "partials";
-  return "row";
+  return atomic ? "persistent" : "partials";
 }
 
 /* The transpose op: tiled everywhere (naive is the baseline it is measured against). */
@@ -96,8 +95,9 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
   FWD(O, OP, "staged", NULL, "one CTA per row, the row copied to shared memory through "          \
       "cp.async (no packs held in registers: many rows per SM in flight), "                       \
       "rmsnorm.fwd.staged_items packs per thread", ST_LIMITS),                                    \
-  FWD(O, OP, "auto", auto_fwd, "blockrow for N <= rmsnorm.fwd.blockrow_max_n and M <= "         \
-      "rmsnorm.fwd.blockrow_max_m (any M below rmsnorm.fwd.row_min_n columns), persistent from "  \
+  FWD(O, OP, "auto", auto_fwd, "blockrow for N <= rmsnorm.fwd.blockrow_max_n and "                \
+      "rmsnorm.fwd.blockrow_min_m <= M <= rmsnorm.fwd.blockrow_max_m (any larger M below "        \
+      "rmsnorm.fwd.row_min_n columns), persistent from "                                          \
       "rmsnorm.fwd.persistent_min_m rows and rmsnorm.fwd.persistent_min_n columns, row "          \
       "otherwise", AUTO_LIMITS),                                                                  \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \
@@ -112,10 +112,10 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "CTAs striding over rows, next rows in flight through cp.async, dW in registers, rows "     \
       "over rmsnorm.bwd.share_n shared by a cluster (sm_90); partials reduced after a grid "      \
       "barrier in the same kernel (rmsnorm.bwd.fused_reduce) or by the reduce kernel", LIMITS),   \
-  BWD(O, OP, "auto", 0, 0, auto_bwd, "blockrow for N <= rmsnorm.bwd.blockrow_max_n and M <= "    \
-      "rmsnorm.bwd.blockrow_max_m, then "                                                         \
+  BWD(O, OP, "auto", 0, 0, auto_bwd, "row below rmsnorm.bwd.partials_min_m rows, blockrow for N " \
+      "<= rmsnorm.bwd.blockrow_max_n and M <= rmsnorm.bwd.blockrow_max_m, then "                  \
       "persistent from rmsnorm.bwd.persistent_min_m rows (fp32: partials up to "                  \
-      "rmsnorm.bwd.fp32_partials_max_n), partials from rmsnorm.bwd.partials_min_m, row below; a " \
+      "rmsnorm.bwd.fp32_partials_max_n), partials below; a "                                      \
       "requested reduction steers it to a variant that has one", AUTO_LIMITS)
 
 const nl_variant nl__cuda_variants[] = {

@@ -39,6 +39,17 @@ describe("devices", function()
     assert.are.equal(helper.cuda or cpu, nl.device("auto"))
   end)
 
+  it("nl.set_device changes the default device, which buffers and settings follow", function()
+    local before = nl.device()
+    assert.are.equal(cpu, nl.set_device("cpu"))
+    assert.are.equal(cpu, nl.device())
+    assert.are.equal("cpu", nl.device():empty({2}).device.name)
+    assert.has_error(function() nl.set_device("gpu:0") end)
+    assert.are.equal(cpu, nl.device())
+    assert.are.equal(before, nl.set_device(before))
+    assert.are.equal(before, nl.device())
+  end)
+
   it_cuda("#cuda CUDA devices describe themselves and measure a roofline", function()
     local d = helper.cuda
     assert.are.equal("cuda", d.kind)

@@ -583,7 +583,7 @@ describe("CUDA ops #cuda", function()
 
   it_cuda("auto takes the defaults of the GPU it runs on, whichever the default device", function()
     local core = require("normlab.binding")
-    local x, y = cuda:randn({64, 2048}, "bf16", {seed = 3}), cuda:empty({64, 2048}, "bf16")
+    local x, y = cuda:randn({512, 2048}, "bf16", {seed = 3}), cuda:empty({512, 2048}, "bf16")
     local args = {x = x, y = y, eps = 1e-6}
     local max_n
     for _, s in ipairs(nl.settings(cuda)) do
@@ -604,13 +604,17 @@ describe("CUDA ops #cuda", function()
   it_cuda("auto forward follows blockrow_max_n, blockrow_max_m, row_min_n and persistent_min_*", function()
     local x, y = cuda:randn({64, 1024}, "bf16", {seed = 3}), cuda:empty({64, 1024}, "bf16")
     local args = {x = x, y = y, eps = 1e-6}
-    -- narrower than row_min_n: blockrow whatever M
+    -- narrower than row_min_n: blockrow whatever M from blockrow_min_m
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63,
-      ["rmsnorm.fwd.row_min_n"] = 1025}, function()
+      ["rmsnorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.blockrow_min_m"] = 64}, function()
         assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", args))
       end)
-    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 64},
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_min_m"] = 65},
       function()
+        assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+      end)
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 64,
+      ["rmsnorm.fwd.blockrow_min_m"] = 1}, function()
         assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", args))
       end)
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63,
@@ -647,7 +651,8 @@ describe("CUDA ops #cuda", function()
     end)
     -- blockrow up to blockrow_max_n columns and blockrow_max_m rows
     with_settings({["rmsnorm.bwd.blockrow_max_n"] = 256, ["rmsnorm.bwd.blockrow_max_m"] = 64,
-      ["rmsnorm.bwd.persistent_min_m"] = 64}, function()
+      ["rmsnorm.bwd.persistent_min_m"] = 64, ["rmsnorm.bwd.partials_min_m"] = 16}, function()
+      assert.are.equal("rmsnorm.bwd.row", pick(15, 256, "bf16"))
       assert.are.equal("rmsnorm.bwd.blockrow", pick(64, 256, "bf16"))
       assert.are.equal("rmsnorm.bwd.persistent", pick(65, 256, "bf16"))
       assert.are.equal("rmsnorm.bwd.persistent", pick(64, 512, "bf16"))
@@ -862,7 +867,7 @@ describe("CUDA ops #cuda", function()
         keep(cuda:full({8}, 1, "fp16")), b, o)
       raises(n .. "argument 'b' is fp16; weights are fp32 or x's dtype (bf16)", nl.layernorm, x,
         w, keep(cuda:full({8}, 0, "fp16")), o)
-      raises(n .. "argument 'y' is fp16 but x is bf16 (activations share one dtype)",
+      raises(n .. "argument 'y' is fp16 but x is bf16 (y is x's dtype, or fp8e4m3 / fp8e5m2 from a forward pass)",
         nl.layernorm, x, w, b, with("out", keep(cuda:full({4, 8}, 7, "fp16"))))
       raises(n .. "argument 'y' is [4, 9] but x is [4, 8]", nl.layernorm, x, w, b,
         with("out", keep(cuda:full({4, 9}, 7, "bf16"))))

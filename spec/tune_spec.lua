@@ -8,11 +8,10 @@ local tune = require("normlab.tune")
 local cpu = nl.device("cpu")
 -- nl.tune, nl.bench and nl.tune_cache follow the default device: the CPU for these specs,
 -- whatever the machine has (setup/teardown of each describe below).
-local core = require("normlab.binding")
 local default = nl.device()
 local function on_cpu()
-  setup(function() core.set_device(cpu.backend, cpu.index) end)
-  teardown(function() core.set_device(default.backend, default.index) end)
+  setup(function() nl.set_device(cpu) end)
+  teardown(function() nl.set_device(default) end)
 end
 local FAST = {batches = 1, warmup_ms = 0.1, batch_ms = 0.1, progress = false}
 

@@ -148,6 +148,16 @@ function M.device(spec)
   return default
 end
 
+-- nl.set_device(dev): dev (a Device or a spec as nl.device takes) is the default device from
+-- now on: what nl.device() returns and where buffers, nl.bench and nl.tune go when not told;
+-- the context follows. Returns it.
+function M.set_device(spec)
+  local d = parse(spec)
+  core.set_device(d.backend, d.index)
+  default = d
+  return d
+end
+
 function M.devices()
   local list = {make(K.NL_CPU, 0)}
   for i = 0, core.device_count(K.NL_CUDA) - 1 do

@@ -23,6 +23,7 @@ local nl = {
   build_id = core.build_id(),
 
   device = buffer.device,
+  set_device = buffer.set_device,
   devices = buffer.devices,
 
   rmsnorm = ops.rmsnorm,
