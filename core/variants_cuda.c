@@ -24,14 +24,17 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
 #define YT NL_TR_EXTERNAL
 
 /* auto forward: blockrow up to blockrow_max_n columns, from blockrow_min_m rows (fewer rows
- * want a CTA each) up to blockrow_max_m, and below row_min_n columns whatever M above that; then persistent from
+ * want a CTA each) up to blockrow_max_m, and below row_min_n columns whatever M above that;
+ * at any M when a row has fewer than 32 packs of 16 bytes (several rows then share a warp,
+ * where row gives each a CTA of a few threads); then persistent from
  * persistent_min_m rows and persistent_min_n columns, row otherwise. staged is not picked: it
  * led row only marginally and on one GPU (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
-  if ((k->M <= kn->rms_fwd.blockrow_max_m || k->N < kn->rms_fwd.row_min_n) &&
-      k->M >= kn->rms_fwd.blockrow_min_m && k->N <= kn->rms_fwd.blockrow_max_n &&
-      nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
+  const int shared_warp = k->N * nlk_dtype_size(k->dt) < 32 * 16;
+  if ((shared_warp || (k->M >= kn->rms_fwd.blockrow_min_m &&
+                       (k->M <= kn->rms_fwd.blockrow_max_m || k->N < kn->rms_fwd.row_min_n))) &&
+      k->N <= kn->rms_fwd.blockrow_max_n && nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
     return "blockrow";
   if (k->M >= kn->rms_fwd.persistent_min_m && k->N >= kn->rms_fwd.persistent_min_n)
     return "persistent";
@@ -97,7 +100,7 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "rmsnorm.fwd.staged_items packs per thread", ST_LIMITS),                                    \
   FWD(O, OP, "auto", auto_fwd, "blockrow for N <= rmsnorm.fwd.blockrow_max_n and "                \
       "rmsnorm.fwd.blockrow_min_m <= M <= rmsnorm.fwd.blockrow_max_m (any larger M below "        \
-      "rmsnorm.fwd.row_min_n columns), persistent from "                                          \
+      "rmsnorm.fwd.row_min_n columns; any M for rows under 512 bytes), persistent from "          \
       "rmsnorm.fwd.persistent_min_m rows and rmsnorm.fwd.persistent_min_n columns, row "          \
       "otherwise", AUTO_LIMITS),                                                                  \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \

@@ -583,7 +583,7 @@ describe("CUDA ops #cuda", function()
 
   it_cuda("auto takes the defaults of the GPU it runs on, whichever the default device", function()
     local core = require("normlab.binding")
-    local x, y = cuda:randn({512, 2048}, "bf16", {seed = 3}), cuda:empty({512, 2048}, "bf16")
+    local x, y = cuda:randn({2048, 2048}, "bf16", {seed = 3}), cuda:empty({2048, 2048}, "bf16")
     local args = {x = x, y = y, eps = 1e-6}
     local max_n
     for _, s in ipairs(nl.settings(cuda)) do
@@ -612,6 +612,10 @@ describe("CUDA ops #cuda", function()
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_min_m"] = 65},
       function()
         assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+        -- rows under 512 bytes share a warp: blockrow at any M
+        local xs, ys = cuda:randn({8, 128}, "bf16", {seed = 3}), cuda:empty({8, 128}, "bf16")
+        assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", {x = xs, y = ys, eps = 1e-6}))
+        free(xs, ys)
       end)
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 64,
       ["rmsnorm.fwd.blockrow_min_m"] = 1}, function()
