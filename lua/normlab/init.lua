@@ -7,7 +7,8 @@
 --
 -- This file only assembles the modules: devices and buffers live in normlab.buffer, ops and
 -- the registry in normlab.ops, settings in normlab.settings, checks in normlab.compare and
--- normlab.tolerance, sweeps in normlab.bench, merging a sweep's shards in normlab.merge.
+-- normlab.tolerance, sweeps in normlab.bench, merging a sweep's shards and joining runs of
+-- several devices in normlab.merge.
 local core = require("normlab.binding")
 local buffer = require("normlab.buffer")
 local check = require("normlab.check")
@@ -48,6 +49,7 @@ local nl = {
   tune = require("normlab.tune").tune,
   tune_cache = require("normlab.tune").cache,
   merge = require("normlab.merge").merge,
+  join = require("normlab.merge").join,
 }
 
 -- nl.encode(dtype, values) -> bit patterns (each value rounded to the dtype as a store would),
