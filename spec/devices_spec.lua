@@ -92,13 +92,8 @@ describe("--devices", function()
     assert.is_nil(d.meta.shard)
     assert.is_nil(d.meta.lost)
     assert.are.equal(2, #d.meta.merged)
-    -- the same table: header line, rows' keys and the speedup summary
-    local function keys(text)
-      local t = {}
-      for line in text:gmatch("\n%s*(%d+%s+%d+%s+%w+)%s") do t[#t + 1] = line end
-      return t
-    end
-    assert.are.same(keys(out), keys(out2))
+    -- the same table: columns, rows' keys and the speedup summary
+    assert.are.same(helper.table_shape(out), helper.table_shape(out2))
     assert.truthy(out2:find("persistent/row: geometric mean", 1, true), out2)
     for _, p in ipairs({".full.json", ".dev.json", ""}) do os.remove(dir .. p) end
   end)
@@ -306,11 +301,8 @@ describe("--compare-devices", function()
       assert.is_true(s.roofline_gbps > 0)
     end
     -- the table: a column per variant and device, each device's speedup pair
-    local head = out2:match("\n(%s*M%s+N%s+dtype[^\n]*)\n")
-    local cols = {}
-    for c in (head or ""):gmatch("%S+") do cols[#cols + 1] = c end
     assert.are.same({"M", "N", "dtype", "row@cpu", "row@cpu#2", "persistent@cpu", "persistent@cpu#2",
-      "persistent@cpu/row@cpu", "persistent@cpu#2/row@cpu#2"}, cols)
+      "persistent@cpu/row@cpu", "persistent@cpu#2/row@cpu#2"}, helper.table_shape(out2).cols)
     assert.truthy(out2:find("roofline cpu ", 1, true), out2)
     -- markdown and CSV carry every device's figures and identity
     local md = read_file(dir .. ".cmp.md")
