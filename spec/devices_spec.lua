@@ -1,6 +1,8 @@
 -- --devices (normlab.devices): one worker process per device, each a shard of the sweep,
 -- merged back into the unsharded result; a worker that dies loses only its cells (merge's
 -- partial mode). On the CPU: `--devices cpu,cpu` runs the whole path with two workers.
+-- --compare-devices: each worker runs the whole sweep and nl.join puts them side by side, a
+-- column per variant and device; each column equals that device's own run, timings aside.
 -- The executable runs through io.popen, so this spec runs under Lua 5.4 and LuaJIT alike.
 local nl = require("normlab")
 local helper = require("spec.helper")
@@ -90,13 +92,8 @@ describe("--devices", function()
     assert.is_nil(d.meta.shard)
     assert.is_nil(d.meta.lost)
     assert.are.equal(2, #d.meta.merged)
-    -- the same table: header line, rows' keys and the speedup summary
-    local function keys(text)
-      local t = {}
-      for line in text:gmatch("\n%s*(%d+%s+%d+%s+%w+)%s") do t[#t + 1] = line end
-      return t
-    end
-    assert.are.same(keys(out), keys(out2))
+    -- the same table: columns, rows' keys and the speedup summary
+    assert.are.same(helper.table_shape(out), helper.table_shape(out2))
     assert.truthy(out2:find("persistent/row: geometric mean", 1, true), out2)
     for _, p in ipairs({".full.json", ".dev.json", ""}) do os.remove(dir .. p) end
   end)
@@ -173,5 +170,178 @@ describe("--devices", function()
     assert.truthy(read_file(errf):find("interrupted", 1, true), read_file(errf))
     os.remove(errf)
     os.remove(pidf)
+  end)
+end)
+
+-- The rows of a joined result's column group label, as the run of that device wrote them:
+-- the variant without "@label", without the fields join adds.
+local function column(rows, label)
+  local out = {}
+  for _, row in ipairs(rows) do
+    local v = tostring(row.variant)
+    if v:sub(-#label - 1) == "@" .. label then
+      local t = {}
+      for k, x in pairs(row) do t[k] = x end
+      t.variant = v:sub(1, -#label - 2)
+      t.device, t.device_name, t.roofline_gbps = nil, nil, nil
+      out[#out + 1] = t
+    end
+  end
+  return out
+end
+
+describe("--compare-devices", function()
+  local spec = {op = "rmsnorm.bwd", variants = {"row", "persistent"}, M = 4, N = {8, 16, 32},
+    dtype = {"fp32", "bf16"}, device = "cpu", batches = 1, seed = 7, progress = false}
+  local function bench(extra)
+    local s = {}
+    for k, v in pairs(spec) do s[k] = v end
+    for k, v in pairs(extra or {}) do s[k] = v end
+    local r
+    helper.with_settings(FAST, function() r = nl.bench(s) end)
+    return r
+  end
+  local a, b
+
+  local function refuses(inputs, pattern)
+    local ok, err = pcall(nl.join, inputs)
+    assert.is_false(ok, "join should refuse: " .. pattern)
+    assert.truthy(tostring(err):find(pattern, 1, true), tostring(err))
+  end
+
+  it("nl.join puts whole runs side by side, a column per variant and device", function()
+    a, b = bench(), bench()
+    local j = nl.join{a, b}
+    assert.are.equal(2 * #a.rows, #j.rows)
+    -- cell by cell, then variant, then run
+    assert.are.same({"row@cpu", "row@cpu#2", "persistent@cpu", "persistent@cpu#2"},
+      {j.rows[1].variant, j.rows[2].variant, j.rows[3].variant, j.rows[4].variant})
+    assert.are.same(untimed(a.rows), untimed(column(j.rows, "cpu")))
+    assert.are.same(untimed(b.rows), untimed(column(j.rows, "cpu#2")))
+    for _, row in ipairs(j.rows) do
+      assert.are.equal("cpu", row.device)
+      assert.are.equal(nl.device("cpu").info.name, row.device_name)
+    end
+    assert.are.equal(b.meta.roofline_gbps, j.rows[2].roofline_gbps)
+    -- each device's identity, no device of its own
+    assert.are.same({"cpu", "cpu#2"}, {j.meta.sources[1].label, j.meta.sources[2].label})
+    assert.are.same(b.meta.device_info, j.meta.sources[2].device_info)
+    assert.are.same(b.meta.settings, j.meta.sources[2].settings)
+    assert.is_nil(j.meta.device)
+    assert.is_nil(j.meta.sweep)
+    assert.are.same(a.meta.sweep, j.meta.joined.sweep)
+    local head = j:text():match("^[^\n]*\n[^\n]*")
+    assert.truthy(head:find("cpu (" .. nl.device("cpu").info.name .. "), cpu#2 (", 1, true), head)
+    assert.truthy(head:find("roofline cpu ", 1, true), head)
+    assert.truthy(head:find(", cpu#2 ", 1, true), head)
+    -- labels given; a device that runs other variants has only those columns
+    local c = nl.join{a, bench({variants = {"row"}}), labels = {"h100", "h200"}}
+    assert.are.same({"row@h100", "row@h200", "persistent@h100"},
+      {c.rows[1].variant, c.rows[2].variant, c.rows[3].variant})
+    assert.are.equal(#a.rows + #a.rows / 2, #c.rows)
+  end)
+
+  it("nl.join makes a lost run's cells failed rows, once noted", function()
+    a = a or bench()
+    local j = nl.join{a, {device = "cuda:1", lost = "worker 2/2 on cuda:1 exited with status 9"}}
+    local lost = column(j.rows, "cuda:1")
+    assert.are.equal(#a.rows, #lost)
+    for i, row in ipairs(lost) do
+      assert.are.same({a.rows[i].variant, a.rows[i].M, a.rows[i].N, a.rows[i].dtype, "rmsnorm", "bwd"},
+        {row.variant, row.M, row.N, row.dtype, row.op, row.pass})
+      assert.are.equal("fail", row.status)
+      assert.is_true(row.lost)
+    end
+    assert.are.same({{label = "cuda:1", device = "cuda:1",
+      reason = "worker 2/2 on cuda:1 exited with status 9"}}, j.meta.lost)
+    local text = j:text()
+    assert.truthy(text:find("cuda:1 (lost)", 1, true), text)
+    local _, notes = text:gsub("FAIL, lost: worker 2/2 on cuda:1", "")
+    assert.are.equal(1, notes, text)
+  end)
+
+  it("nl.join refuses shards, other sweeps, bad labels and lost-only inputs", function()
+    a = a or bench()
+    refuses({a, bench({shard = {1, 2}})}, "join: result 2 is shard 1/2 of its sweep: join takes " ..
+      "whole runs (merge its shards first)")
+    refuses({a, bench({seed = 8})}, "join: result 1 and result 2 are not runs of one sweep: seed " ..
+      "is 7 in result 1 but 8 in result 2")
+    refuses({a, a, labels = {"x"}}, "join: labels must be a list of 2 strings, one per input")
+    refuses({a, a, labels = {"x", "x@y"}}, "join: label 2 must be a non-empty string without '@'")
+    refuses({a, a, labels = {"x", "x"}}, "join: label 'x' is given twice (inputs 1 and 2)")
+    refuses({{device = "cpu", lost = "gone"}}, "join: every input is lost: nothing to join")
+    refuses({a, {device = 1, lost = "gone"}}, "join: input 2: a lost run is {device =")
+    refuses({a, bogus = 1}, "join: unknown option 'bogus'")
+    refuses({}, "join: no inputs")
+    refuses({nl.join{a, a}}, "join: result 1 joins the runs of several devices (--compare-devices)")
+    local ok, err = pcall(nl.merge, {nl.join{a, a}})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("merge: result 1 joins the runs of several devices", 1, true), err)
+  end)
+
+  it("each column of `--devices cpu,cpu --compare-devices` equals that device's own run", function()
+    local dir = os.tmpname()
+    local rc, _, err = run({"--device", "cpu", "-e", FASTE, "experiments/bwd_sweep.lua",
+      "--json", dir .. ".full.json", unpack_(COMMON)})
+    assert.are.equal(0, rc, err)
+    local rc2, out2, err2 = run({"-e", FASTE, "experiments/bwd_sweep.lua", "--devices", "cpu,cpu",
+      "--compare-devices", "--json", dir .. ".cmp.json", "--csv", dir .. ".cmp.csv",
+      "--markdown", dir .. ".cmp.md", unpack_(COMMON)})
+    assert.are.equal(0, rc2, err2)
+    assert.truthy(err2:find("2 workers: cpu done, cpu done", 1, true), err2)
+    local f = report.from_json(read_file(dir .. ".full.json"))
+    local d = report.from_json(read_file(dir .. ".cmp.json"))
+    -- every worker ran every cell: each column group is the whole run
+    assert.are.same(untimed(f.rows), untimed(column(d.rows, "cpu")))
+    assert.are.same(untimed(f.rows), untimed(column(d.rows, "cpu#2")))
+    assert.are.same(f.meta.sweep, d.meta.joined.sweep)
+    for i = 1, 2 do
+      local s = d.meta.sources[i]
+      assert.are.same(f.meta.device_info, s.device_info)
+      assert.is_true(s.roofline_gbps > 0)
+    end
+    -- the table: a column per variant and device, each device's speedup pair
+    assert.are.same({"M", "N", "dtype", "row@cpu", "row@cpu#2", "persistent@cpu", "persistent@cpu#2",
+      "persistent@cpu/row@cpu", "persistent@cpu#2/row@cpu#2"}, helper.table_shape(out2).cols)
+    assert.truthy(out2:find("roofline cpu ", 1, true), out2)
+    -- markdown and CSV carry every device's figures and identity
+    local md = read_file(dir .. ".cmp.md")
+    assert.truthy(md:find("| M | N | dtype | row@cpu | row@cpu#2 | persistent@cpu |", 1, true), md)
+    assert.truthy(md:find("cpu#2 (" .. f.meta.device_info.name .. ")", 1, true), md)
+    local csv = read_file(dir .. ".cmp.csv")
+    assert.truthy(csv:find("^op,pass,variant,resolved,device,device_name,roofline_gbps,"), csv)
+    assert.truthy(csv:find("\nrmsnorm,bwd,row@cpu#2,rmsnorm.bwd.row,cpu," .. f.meta.device_info.name
+      .. ",", 1, true), csv)
+    for _, p in ipairs({".full.json", ".cmp.json", ".cmp.csv", ".cmp.md", ""}) do os.remove(dir .. p) end
+  end)
+
+  it("a worker that dies fails its column only", function()
+    local dir = os.tmpname()
+    local rc, out, err = run({"-e", FASTE, "experiments/bwd_sweep.lua", "--devices", "cpu,cpu",
+      "--compare-devices", "--json", dir .. ".cmp.json", unpack_(COMMON)},
+      devices.TEST_KILL_ENV .. "=2")
+    assert.are.equal(1, rc, err)
+    assert.truthy(err:find("lost: worker 2/2 on cpu exited with status 9: test hook", 1, true), err)
+    assert.truthy(out:find("cpu#2 (lost)", 1, true), out)
+    local d = report.from_json(read_file(dir .. ".cmp.json"))
+    assert.are.equal(24, #d.rows)
+    for _, row in ipairs(column(d.rows, "cpu")) do assert.are.equal("ok", row.status) end
+    for _, row in ipairs(column(d.rows, "cpu#2")) do
+      assert.are.equal("fail", row.status)
+      assert.truthy(row.reason:find("test hook: worker 2 exits 9", 1, true), row.reason)
+    end
+    assert.are.equal("cpu#2", d.meta.lost[1].label)
+    os.remove(dir .. ".cmp.json")
+    os.remove(dir)
+  end)
+
+  it("refuses --compare-devices without --devices", function()
+    local rc, _, err = run({"experiments/bwd_sweep.lua", "--compare-devices"})
+    assert.are.equal(1, rc)
+    assert.truthy(err:find("--compare-devices needs --devices", 1, true), err)
+    assert.falsy(err:find("traceback", 1, true), err)
+    assert.are.same({"s.lua", "--M", "4", "--device", "cpu", "--json", "t.json"},
+      devices.worker_argv({[0] = "s.lua", "--devices", "cpu,cpu", "--compare-devices", "--M", "4"},
+        "cpu", 1, 2, "t.json", true))
   end)
 end)

@@ -27,14 +27,19 @@
 --   helper.EXE                        the normlab executable: $NORMLAB_EXE, default
 --                                     $NORMLAB_BUILD/normlab (build/normlab), as .busted finds
 --                                     the library (specs run from the repository root).
---   helper.run(args [, {stdin =, env =}])  the executable with shell-quoted arguments, stdin
---                                     from the text given (default empty), env a "NAME=value"
---                                     prefix: exit status, stdout, stderr.
+--   helper.run(args [, {stdin =, env =, exe =}])  the executable (or exe, another program)
+--                                     with shell-quoted arguments, stdin from the text given
+--                                     (default empty), env a "NAME=value" prefix: exit
+--                                     status, stdout, stderr.
 --   helper.run_script(path, argv [, settings])  a script run in this process (so under this
 --                                     binding), argv its arg table, stdout captured, stderr
 --                                     dropped, with settings in force: ok, stdout, error.
 --   helper.quote(s), helper.read_file(path) ("" when absent), helper.write_file(path, text)
 --   helper.untimed(rows)              bench rows without the fields a second run measures anew.
+--   helper.table_shape(text)          a printed table's column names (cols), its lines' keys
+--                                     (M N dtype), how many cells skip and FAIL, and whether
+--                                     it has a geometric mean: what two runs of one sweep
+--                                     print alike (the numbers are timings).
 local assert = require("luassert")
 local say = require("say")
 local nl = require("normlab")
@@ -188,16 +193,18 @@ end
 function helper.run(args, opts)
   opts = opts or {}
   local q = helper.quote
-  local f = io.open(helper.EXE, "r")
-  if not f then
-    error(helper.EXE .. " not found: build first (cmake --build build) or set NORMLAB_EXE", 2)
+  if not opts.exe then
+    local f = io.open(helper.EXE, "r")
+    if not f then
+      error(helper.EXE .. " not found: build first (cmake --build build) or set NORMLAB_EXE", 2)
+    end
+    f:close()
   end
-  f:close()
   local quoted = {}
   for i, a in ipairs(args) do quoted[i] = q(a) end
   local errf, inf = os.tmpname(), os.tmpname()
   helper.write_file(inf, opts.stdin or "")
-  local p = io.popen((opts.env and (opts.env .. " ") or "") .. q(helper.EXE) .. " " ..
+  local p = io.popen((opts.env and (opts.env .. " ") or "") .. q(opts.exe or helper.EXE) .. " " ..
     table.concat(quoted, " ") .. " <" .. q(inf) .. " 2>" .. q(errf) .. "; echo \"__rc=$?\"")
   local out = p:read("*a")
   p:close()
@@ -237,6 +244,16 @@ function helper.untimed(rows)
     out[i] = t
   end
   return out
+end
+
+function helper.table_shape(text)
+  local head = text:match("\n(%s*M%s+N%s+dtype[^\n]*)\n")
+  local cols = {}
+  for c in (head or ""):gmatch("%S+") do cols[#cols + 1] = c end
+  local keys = {}
+  for line in text:gmatch("\n%s*(%d+%s+%d+%s+%w+)%s") do keys[#keys + 1] = line end
+  return {cols = cols, keys = keys, skip = select(2, text:gsub("skip", "")),
+    fail = select(2, text:gsub("FAIL", "")), geo = text:find("geometric mean", 1, true) ~= nil}
 end
 
 return helper

@@ -24,18 +24,7 @@ local function bench(extra)
 end
 
 local untimed, read_file, run = helper.untimed, helper.read_file, helper.run
-
--- The table's column names and its lines' keys (M N dtype) with the cells' statuses: what
--- the unsharded run and the merge must print alike (the numbers are timings).
-local function shape_of(text)
-  local head = text:match("\n(%s*M%s+N%s+dtype[^\n]*)\n")
-  local cols = {}
-  for c in (head or ""):gmatch("%S+") do cols[#cols + 1] = c end
-  local keys = {}
-  for line in text:gmatch("\n%s*(%d+%s+%d+%s+%w+)%s") do keys[#keys + 1] = line end
-  return {cols = cols, keys = keys, skip = select(2, text:gsub("skip", "")),
-    fail = select(2, text:gsub("FAIL", "")), geo = text:find("geometric mean", 1, true) ~= nil}
-end
+local shape_of = helper.table_shape
 
 describe("sharding a sweep", function()
   it("splits the cells round robin: every N partitions them, N above the count too", function()

@@ -11,7 +11,9 @@
 -- Common options: --device, --M and --N (comma lists, "lo..hi" doubles from lo up to hi),
 -- --dtypes, --variants, --weight, --bias, --csv/--json/--markdown/--svg PATH, --mode, --outputs,
 -- --graph, --batches, --seed, --no-check, --no-stats, --shard I/N (run only shard I of N of
--- the sweep's cells; `normlab merge` puts the shards' JSON back together). cli.op_options(p, ...) adds --op (and
+-- the sweep's cells; `normlab merge` puts the shards' JSON back together), --devices <list>
+-- (a worker per device, each a shard; normlab.devices) and --compare-devices (each worker runs
+-- the whole sweep, a column per device). cli.op_options(p, ...) adds --op (and
 -- --pass) for scripts that run any op. Bad values stop the script with the usage and a
 -- one-line reason (an error object whose message is all that the normlab executable prints:
 -- no traceback).
@@ -206,6 +208,8 @@ function cli.parser(description, defaults, name)
     .. "(cpu, cuda:N, comma list; a device may repeat) or all (every CUDA device, else cpu), "
     .. "each a --shard of the sweep; the results merge into the unsharded table.")
     :argname("<list>")
+  p:flag("--compare-devices", "With --devices: every device runs the whole sweep; one column "
+    .. "per variant and device (GB/s, % of that device's roofline).")
   p:option("--csv", "Also write the rows as CSV to this file."):argname("<path>")
   p:option("--json", "Also write the result as JSON to this file."):argname("<path>")
   p:option("--markdown", "Also write the table as markdown to this file."):argname("<path>")
@@ -342,8 +346,9 @@ end
 -- --devices <list> (normlab.devices) is handled here: the parser's process becomes the parent
 -- of one worker per device, prints and writes the merged result and exits (status 1 when a
 -- worker was lost), so the script's own code after cli.parse runs in the workers only;
--- opts.devices = false refuses --devices (tune.lua), opts.on_devices(args, argv) replaces
--- the parent's run.
+-- with --compare-devices (refused without --devices) the workers run the whole sweep and the
+-- result is their join. opts.devices = false refuses --devices (tune.lua),
+-- opts.on_devices(args, argv) replaces the parent's run.
 function cli.parse(parser, argv, opts)
   opts = opts or {}
   if argv == nil then
@@ -368,8 +373,12 @@ function cli.parse(parser, argv, opts)
       error(cli.usage_error(format("%s\n\nError: %s", parser:get_usage(), why)))
     end
   end
+  local devices = require("normlab.devices")
+  if args.compare_devices and not args.devices then
+    error(cli.usage_error(format("%s\n\nError: --compare-devices needs --devices (the devices "
+      .. "to compare)", parser:get_usage())))
+  end
   if args.devices then
-    local devices = require("normlab.devices")
     local why
     if opts.devices == false then
       why = "--devices: this script's result is not a sweep's; it cannot run in workers"
@@ -392,8 +401,8 @@ function cli.parse(parser, argv, opts)
     for i = 1, #argv do a[i] = argv[i] end
     os.exit(devices.main(args, a), true)
   end
-  local kill = os.getenv("NORMLAB_DEVICES_TEST_KILL")
-  if kill and args.shard and os.getenv("NORMLAB_DEVICES_WORKER") and tonumber(kill) == args.shard[1] then
+  local kill, worker = os.getenv(devices.TEST_KILL_ENV), os.getenv(devices.WORKER_ENV)
+  if kill and worker and tonumber(kill) == tonumber(worker:match("^%d+")) then
     io.stderr:write("test hook: worker ", kill, " exits 9\n")
     os.exit(9)
   end

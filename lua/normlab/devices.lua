@@ -5,6 +5,9 @@
 -- written as the unsharded run would. A worker that dies (non-zero status or no JSON) loses
 -- only its cells: merge's partial mode makes them failed rows whose reason is the worker's
 -- status and the tail of its stderr.
+-- With --compare-devices each worker runs the whole sweep (no --shard) and normlab.merge's
+-- join puts their results side by side: a column per variant and device, each device's
+-- GB/s and % of its own roofline; a worker that dies fails its column, the others print.
 --
 -- Processes: io.popen per worker through /bin/sh (POSIX; Lua 5.4 and LuaJIT alike); each
 -- worker's stdout and stderr go to temporary files that the parent polls (a `sleep` between
@@ -73,13 +76,15 @@ function M.parse(s, count_cuda)
   return out
 end
 
--- Options whose values the workers must not get (the parent writes the outputs).
+-- Options whose values the workers must not get (the parent writes the outputs), and flags.
 local DROP = {["--devices"] = true, ["--json"] = true, ["--csv"] = true, ["--markdown"] = true,
   ["--svg"] = true}
+local DROP_FLAGS = {["--compare-devices"] = true}
 
 -- The worker's command line: the interpreter and its options (arg[-n..-1]), the script
--- (arg[0]), its arguments less DROP, then --device --shard --json.
-function M.worker_argv(a, device, k, n, json)
+-- (arg[0]), its arguments less DROP and DROP_FLAGS, then --device, --shard K/N (unless
+-- whole: the worker runs every cell) and --json.
+function M.worker_argv(a, device, k, n, json, whole)
   local lo = 0
   while a[lo - 1] ~= nil do lo = lo - 1 end
   local out = {}
@@ -90,6 +95,8 @@ function M.worker_argv(a, device, k, n, json)
     local name = x:match("^(%-%-[%w_-]+)=") or x
     if DROP[name] then
       if name == x then i = i + 1 end -- "--json f": skip the value too
+    elseif DROP_FLAGS[x] then
+      -- dropped
     elseif x == "--" then
       for j = i, #a do out[#out + 1] = a[j] end
       break
@@ -100,8 +107,10 @@ function M.worker_argv(a, device, k, n, json)
   end
   out[#out + 1] = "--device"
   out[#out + 1] = device
-  out[#out + 1] = "--shard"
-  out[#out + 1] = format("%d/%d", k, n)
+  if not whole then
+    out[#out + 1] = "--shard"
+    out[#out + 1] = format("%d/%d", k, n)
+  end
   out[#out + 1] = "--json"
   out[#out + 1] = json
   return out
@@ -140,7 +149,8 @@ end
 -- Runs the workers and merges them: the merged Result (partial when a worker died), and the
 -- list of lost workers ({device, shard, status, tail}). argv: the global arg. opts.progress
 -- (default true) writes the combined progress line on stderr; opts.poll: seconds between
--- polls (default 0.1).
+-- polls (default 0.1); opts.compare: each worker runs the whole sweep and the Result is
+-- their join (a column group per worker, a lost one's cells failed).
 function M.run(devices, argv, opts)
   opts = opts or {}
   local merge = require("normlab.merge")
@@ -152,7 +162,7 @@ function M.run(devices, argv, opts)
       out = format("%s.w%d.out", base, k), err = format("%s.w%d.err", base, k),
       rc = format("%s.w%d.rc", base, k), pid = format("%s.w%d.pid", base, k)}
     local cmd = {}
-    for i, x in ipairs(M.worker_argv(argv, dev, k, n, w.json)) do cmd[i] = q(x) end
+    for i, x in ipairs(M.worker_argv(argv, dev, k, n, w.json, opts.compare)) do cmd[i] = q(x) end
     -- the inner sh writes its pid, then becomes the worker (exec): that pid is the worker's
     local inner = "echo $$ >" .. q(w.pid) .. "; exec " .. concat(cmd, " ")
     local line = format("%s=%d/%d sh -c %s </dev/null >%s 2>%s; echo $? >%s", M.WORKER_ENV, k,
@@ -210,18 +220,21 @@ function M.run(devices, argv, opts)
   for _, w in ipairs(workers) do
     if ok then w.proc:close() end
   end
-  local inputs, reasons, lost = {}, {}, {}
+  -- merge: the shards that came back, reasons[K] for the others; join: every worker in order
+  local inputs, reasons, lost, runs = {}, {}, {}, {}
   for _, w in ipairs(workers) do
     local text = read_file(w.json)
     w.stderr = read_file(w.err) or ""
     if ok and w.status == 0 and text and text:find("%S") then
       inputs[#inputs + 1] = text
+      runs[w.k] = text
     else
       local t = tail(w.stderr, 5)
       local why = format("worker %d/%d on %s %s%s", w.k, n, w.device,
         w.status and ("exited with status " .. w.status) or "did not finish",
         t ~= "" and (": " .. t:gsub("\n", " | ")) or "")
       reasons[w.k] = why
+      runs[w.k] = {device = w.device, lost = why}
       lost[#lost + 1] = {device = w.device, shard = format("%d/%d", w.k, n), status = w.status,
         tail = t, reason = why}
     end
@@ -235,17 +248,17 @@ function M.run(devices, argv, opts)
     local cli = require("normlab.cli")
     error(cli.usage_error(concat(msg, "\n")))
   end
-  local r = merge.merge{partial = reasons, unpack(inputs)}
-  return r, lost
+  if opts.compare then return merge.join(runs), lost end
+  return merge.merge{partial = reasons, unpack(inputs)}, lost
 end
 
--- The parent's whole run for cli.parse: workers, merge, cli.emit; the status to exit with
--- (0, or 1 when a worker was lost).
+-- The parent's whole run for cli.parse: workers, merge (join with --compare-devices),
+-- cli.emit; the status to exit with (0, or 1 when a worker was lost).
 function M.main(args, argv)
   local cli = require("normlab.cli")
   local list, why = M.parse(args.devices)
   if not list then error(cli.usage_error(why)) end
-  local r, lost = M.run(list, argv)
+  local r, lost = M.run(list, argv, {compare = args.compare_devices})
   cli.emit(r, args, require("normlab.util").copy(r.meta.print or {}))
   for _, l in ipairs(lost) do
     io.stderr:write("lost: ", l.reason, "\n")

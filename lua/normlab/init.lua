@@ -7,8 +7,8 @@
 --
 -- This file only assembles the modules: devices and buffers live in normlab.buffer, ops and
 -- the registry in normlab.ops, settings in normlab.settings, checks in normlab.compare and
--- normlab.tolerance, sweeps in normlab.bench, merging a sweep's shards in normlab.merge, the
--- winners of a grid of shapes in normlab.crossover.
+-- normlab.tolerance, sweeps in normlab.bench, merging a sweep's shards and joining runs of
+-- several devices in normlab.merge, the winners of a grid of shapes in normlab.crossover.
 local core = require("normlab.binding")
 local buffer = require("normlab.buffer")
 local check = require("normlab.check")
@@ -53,6 +53,7 @@ local nl = {
   tune_cache = require("normlab.tune").cache,
   merge = require("normlab.merge").merge,
   crossover = require("normlab.crossover").new,
+  join = require("normlab.merge").join,
 }
 
 -- nl.encode(dtype, values) -> bit patterns (each value rounded to the dtype as a store would),

@@ -17,7 +17,14 @@
 -- meta.sources (the header lists each) and each row's device. partial = true or
 -- {[shard index] = reason} accepts missing cells: each variant of each becomes a failed row
 -- (status "fail", the shard's reason, lost = true) and meta.lost lists them by shard
--- (normlab.devices, for a worker that died). Pure Lua.
+-- (normlab.devices, for a worker that died).
+--
+--   local r = nl.join{"h100.json", "h200.json"}    -- whole runs of one sweep, several devices
+--   r:print()                    -- a column per variant and device: row@cuda:0, row@cuda:1, ...
+--
+-- join (an experiment's --devices ... --compare-devices) puts whole runs of one sweep on
+-- several devices side by side instead; it shares merge's loading, checks and row indexing
+-- (M.join says what it refuses and what it returns). Pure Lua.
 local report = require("normlab.report")
 local sweep = require("normlab.sweep")
 local util = require("normlab.util")
@@ -27,8 +34,13 @@ local M = {}
 local format, concat = string.format, table.concat
 local floor = math.floor
 
+-- who: "merge" or "join", the function the message names.
+local function fail_as(who, fmt, ...)
+  util.fail(who .. ": " .. format(fmt, ...))
+end
+
 local function fail(fmt, ...)
-  util.fail("merge: " .. format(fmt, ...))
+  fail_as("merge", fmt, ...)
 end
 
 local function int(x)
@@ -54,28 +66,82 @@ local function show(v)
   return tostring(v)
 end
 
--- An input as {name =, result =}: a Result, JSON text, or the path of a JSON file.
-local function load(item, i)
+-- An input as {name =, result =}: a Result, JSON text, or the path of a JSON file, holding
+-- a sweep (meta.sweep, its hash intact). expected: what else an input may be, for messages.
+local function load(who, item, i, expected)
+  local inp
   if type(item) == "table" and getmetatable(item) == report.Result then
-    return {name = format("result %d", i), result = item}
-  end
-  if type(item) ~= "string" then
-    fail("input %d is a %s; expected a path, JSON text or a Result", i, type(item))
-  end
-  local name, text = item, item
-  if not item:find("^%s*{") then
-    local f, err = io.open(item, "r")
-    if not f then fail("cannot read %s", tostring(err)) end
-    text = f:read("*a")
-    f:close()
+    inp = {name = format("result %d", i), result = item}
+  elseif type(item) ~= "string" then
+    fail_as(who, "input %d is a %s; expected %s", i, type(item), expected)
   else
-    name = format("input %d", i)
+    local name, text = item, item
+    if not item:find("^%s*{") then
+      local f, err = io.open(item, "r")
+      if not f then fail_as(who, "cannot read %s", tostring(err)) end
+      text = f:read("*a")
+      f:close()
+    else
+      name = format("input %d", i)
+    end
+    local ok, r = pcall(report.from_json, text)
+    if not ok then
+      fail_as(who, "%s is not a normlab result (%s)", name,
+        (tostring(r):gsub("^[^\n]-:%d+: ", "", 1)))
+    end
+    inp = {name = name, result = r}
   end
-  local ok, r = pcall(report.from_json, text)
-  if not ok then
-    fail("%s is not a normlab result (%s)", name, (tostring(r):gsub("^[^\n]-:%d+: ", "", 1)))
+  local m = inp.result.meta
+  if type(m.joined) == "table" then
+    fail_as(who, "%s joins the runs of several devices (--compare-devices): it is no sweep " ..
+      "of its own", inp.name)
   end
-  return {name = name, result = r}
+  if type(m.sweep) ~= "table" or type(m.sweep.cells) ~= "number" then
+    fail_as(who, "%s has no sweep metadata (meta.sweep): it was not written by nl.bench or an " ..
+      "experiment of this version, or it merges several sweeps", inp.name)
+  end
+  if m.sweep.hash ~= sweep.hash(sweep.identity(m.sweep)) then
+    fail_as(who, "%s: meta.sweep.hash does not match its sweep (the file was edited?)", inp.name)
+  end
+  return inp
+end
+
+-- The cells of the sweep an input ran, and cell_of[cell_name] = its index.
+local function cells_of(who, inp)
+  local s = inp.result.meta.sweep
+  local cells = sweep.cells(s.dtypes or {}, s.M or {}, s.N or {})
+  if #cells ~= s.cells then
+    fail_as(who, "%s: the sweep has %d cells (dtypes x M x N) but says %s", inp.name, #cells,
+      int(s.cells))
+  end
+  local cell_of = {}
+  for k, c in ipairs(cells) do cell_of[cell_name(c)] = k end
+  return cells, cell_of
+end
+
+-- An input's rows by slot (cell k, variant j of variants: (k - 1) * #variants + j), each
+-- inside the sweep and once; check(k, what), when given, refuses a row of cell k.
+local function index_rows(who, inp, cell_of, variants, check)
+  local variant_of, slots = {}, {}
+  for j, v in ipairs(variants) do variant_of[tostring(v)] = j end
+  for _, row in ipairs(inp.result.rows) do
+    local what = format("%s at %s", tostring(row.variant), cell_name(row))
+    local k = cell_of[cell_name(row)]
+    if not k then
+      fail_as(who, "%s has a row outside the sweep: %s", inp.name, what)
+    end
+    if check then check(k, what) end
+    local j = variant_of[tostring(row.variant)]
+    if not j then
+      fail_as(who, "%s has a row of a variant outside the sweep: %s", inp.name, what)
+    end
+    local key = (k - 1) * #variants + j
+    if slots[key] then
+      fail_as(who, "%s has %s twice", inp.name, what)
+    end
+    slots[key] = row
+  end
+  return slots
 end
 
 -- The shard an input holds: {index, count} (1/1 for a whole sweep).
@@ -88,15 +154,22 @@ local function shard_of(inp)
   return s
 end
 
--- Refuses an input whose sweep, settings or printed pairs differ from the first's.
-local function same_sweep(first, inp)
-  local a, b = first.result.meta, inp.result.meta
+-- Refuses an input whose sweep differs from the first's in an identity field other than
+-- those of except; what: what they must be ("shards of one sweep").
+local function same_identity(who, first, inp, what, except)
+  local a, b = first.result.meta.sweep, inp.result.meta.sweep
   for _, k in ipairs(sweep.IDENTITY) do
-    if sweep.canon(a.sweep[k]) ~= sweep.canon(b.sweep[k]) then
-      fail("%s and %s are not shards of one sweep: %s is %s in %s but %s in %s", first.name,
-        inp.name, k, show(a.sweep[k]), first.name, show(b.sweep[k]), inp.name)
+    if not (except and except[k]) and sweep.canon(a[k]) ~= sweep.canon(b[k]) then
+      fail_as(who, "%s and %s are not %s: %s is %s in %s but %s in %s", first.name, inp.name,
+        what, k, show(a[k]), first.name, show(b[k]), inp.name)
     end
   end
+end
+
+-- Refuses an input whose sweep or settings differ from the first's.
+local function same_sweep(first, inp)
+  same_identity("merge", first, inp, "shards of one sweep")
+  local a, b = first.result.meta, inp.result.meta
   local sa, sb = a.settings or {}, b.settings or {}
   local keys, seen = {}, {}
   for k in pairs(sa) do keys[#keys + 1] = k; seen[k] = true end
@@ -146,25 +219,11 @@ function M.merge(spec)
   if #spec == 0 then fail("no inputs") end
   local inputs = {}
   for i = 1, #spec do
-    inputs[i] = load(spec[i], i)
-    local m = inputs[i].result.meta
-    if type(m.sweep) ~= "table" or type(m.sweep.cells) ~= "number" then
-      fail("%s has no sweep metadata (meta.sweep): it was not written by nl.bench or an " ..
-        "experiment of this version, or it merges several sweeps", inputs[i].name)
-    end
-    if m.sweep.hash ~= sweep.hash(sweep.identity(m.sweep)) then
-      fail("%s: meta.sweep.hash does not match its sweep (the file was edited?)", inputs[i].name)
-    end
+    inputs[i] = load("merge", spec[i], i, "a path, JSON text or a Result")
   end
   local first = inputs[1]
   local s = first.result.meta.sweep
-  local cells = sweep.cells(s.dtypes or {}, s.M or {}, s.N or {})
-  if #cells ~= s.cells then
-    fail("%s: the sweep has %d cells (dtypes x M x N) but says %s", first.name, #cells, int(s.cells))
-  end
-  local cell_of, variant_of = {}, {}
-  for k, c in ipairs(cells) do cell_of[cell_name(c)] = k end
-  for j, v in ipairs(s.variants or {}) do variant_of[tostring(v)] = j end
+  local cells, cell_of = cells_of("merge", first)
 
   for _, inp in ipairs(inputs) do same_sweep(first, inp) end
   same_print(inputs)
@@ -201,7 +260,6 @@ function M.merge(spec)
   end
 
   -- the rows: each in its input's cells, each (cell, variant) once
-  local slot = {}
   local devices, ndevices = {}, 0
   for _, inp in ipairs(inputs) do
     local d = tostring(inp.result.meta.device)
@@ -209,26 +267,12 @@ function M.merge(spec)
       devices[d] = true
       ndevices = ndevices + 1
     end
-    for _, row in ipairs(inp.result.rows) do
-      local what = format("%s at %s", tostring(row.variant), cell_name(row))
-      local k = cell_of[cell_name(row)]
-      if not k then
-        fail("%s has a row outside the sweep: %s", inp.name, what)
-      end
+    inp.slots = index_rows("merge", inp, cell_of, s.variants, function(k, what)
       if not inp.cells[k] then
         fail("%s has a row outside its shard %s: %s (a cell of %s)", inp.name, inp.label, what,
           owner[k] and owner[k].name or "no input")
       end
-      local j = variant_of[tostring(row.variant)]
-      if not j then
-        fail("%s has a row of a variant outside the sweep: %s", inp.name, what)
-      end
-      local key = (k - 1) * #s.variants + j
-      if slot[key] then
-        fail("%s has %s twice", inp.name, what)
-      end
-      slot[key] = {row = row, inp = inp}
-    end
+    end)
   end
   local partial = spec.partial
   if partial ~= nil and partial ~= false and type(partial) ~= "table" and partial ~= true then
@@ -272,16 +316,15 @@ function M.merge(spec)
       end
     end
     for j, v in ipairs(lost[k] and {} or s.variants) do
-      local got = slot[(k - 1) * #s.variants + j]
-      if not got then
+      local row = owner[k].slots[(k - 1) * #s.variants + j]
+      if not row then
         fail("%s (shard %s) lacks the row of %s at %s", owner[k].name, owner[k].label,
           tostring(v), cell_name(c))
       end
-      local row = got.row
       if ndevices > 1 then
         local t = {}
         for f, x in pairs(row) do t[f] = x end
-        t.device = t.device or got.inp.result.meta.device
+        t.device = t.device or owner[k].result.meta.device
         row = t
       end
       rows[#rows + 1] = row
@@ -317,6 +360,169 @@ function M.merge(spec)
     end
   end
   if spec.speedup ~= nil then meta.print = {speedup = spec.speedup} end
+  return report.new(rows, meta)
+end
+
+-- The identity fields in which join's runs may differ: each device runs its own variants.
+local JOIN_FREE = {device = true, variants = true}
+
+-- The column label of each of join's inputs: labels as given (distinct, without "@"), else
+-- its device, with "#2", "#3", ... on the device's repeats ("cpu", "cpu#2").
+local function join_labels(labels, inputs)
+  local out, seen = {}, {}
+  if labels == nil then
+    for i, inp in ipairs(inputs) do
+      seen[inp.device] = (seen[inp.device] or 0) + 1
+      out[i] = seen[inp.device] > 1 and format("%s#%d", inp.device, seen[inp.device]) or inp.device
+    end
+    return out
+  end
+  if type(labels) ~= "table" or #labels ~= #inputs then
+    fail_as("join", "labels must be a list of %d strings, one per input", #inputs)
+  end
+  for i, l in ipairs(labels) do
+    if type(l) ~= "string" or not l:find("%S") or l:find("@", 1, true) then
+      fail_as("join", "label %d must be a non-empty string without '@', got %s", i, util.show(l))
+    end
+    if seen[l] then fail_as("join", "label '%s' is given twice (inputs %d and %d)", l, seen[l], i) end
+    seen[l] = i
+    out[i] = l
+  end
+  return out
+end
+
+-- nl.join{a, b, ... [, labels = {...}]}: whole runs of one sweep on several devices (paths of
+-- their JSON, JSON texts or Results; {device =, lost = reason} for a run that did not come
+-- back) side by side, the Result whose table has a column per variant and device: the rows
+-- cell by cell in the sweep's order, then by variant (first appearance), then by input, each
+-- row's variant "<variant>@<label>", its device, device_name and roofline_gbps those of its
+-- run. A lost run's cells are failed rows (its reason, lost = true) of the variants of a run
+-- on the same kind of device, else of the first's. The runs must be of one sweep but for the
+-- device and the variants (their settings may differ: a GPU model's defaults), each a whole
+-- one (a shard 1/1 at most), each row once and none missing. The meta is the first run's
+-- without what belongs to one device, plus meta.sources = {{label, device, device_info,
+-- roofline_gbps, settings, date, binding, lost}, ...} (the header lists each), meta.joined =
+-- {sweep = the first run's meta.sweep}, meta.lost = {{label, device, reason}, ...} and
+-- meta.print, the runs' speedup pairs, each on its own device (persistent@cpu/row@cpu).
+function M.join(spec)
+  if type(spec) ~= "table" then
+    fail_as("join", "expected a list of inputs (paths, JSON texts, Results or {device =, " ..
+      "lost =}), got %s", type(spec))
+  end
+  for k in pairs(spec) do
+    if not (type(k) == "number" and k >= 1 and k <= #spec and k == floor(k)) and k ~= "labels" then
+      fail_as("join", "unknown option %s (expected the inputs as a list, and labels)", util.show(k))
+    end
+  end
+  if #spec == 0 then fail_as("join", "no inputs") end
+  local inputs, first = {}, nil
+  for i = 1, #spec do
+    local item, inp = spec[i], nil
+    if type(item) == "table" and getmetatable(item) == nil and item.lost ~= nil then
+      if type(item.device) ~= "string" or type(item.lost) ~= "string" then
+        fail_as("join", "input %d: a lost run is {device = \"cuda:1\", lost = \"why\"}", i)
+      end
+      inp = {name = format("input %d", i), device = item.device, lost = item.lost}
+    else
+      inp = load("join", item, i, "a path, JSON text, Result or {device =, lost =}")
+      local sh = inp.result.meta.shard
+      if type(sh) == "table" and sh.count ~= 1 then
+        fail_as("join", "%s is shard %s/%s of its sweep: join takes whole runs (merge its " ..
+          "shards first)", inp.name, int(sh.index), int(sh.count))
+      end
+      inp.device = tostring(inp.result.meta.device)
+      first = first or inp
+    end
+    inputs[i] = inp
+  end
+  if not first then fail_as("join", "every input is lost: nothing to join") end
+  local cells, cell_of = cells_of("join", first)
+  local labels = join_labels(spec.labels, inputs)
+  for i, inp in ipairs(inputs) do
+    inp.label = labels[i]
+    if not inp.lost then
+      same_identity("join", first, inp, "runs of one sweep", JOIN_FREE)
+      inp.variants = inp.result.meta.sweep.variants
+      inp.slots = index_rows("join", inp, cell_of, inp.variants)
+    end
+  end
+  -- the table's variants, in order of first appearance
+  local order, seen = {}, {}
+  for _, inp in ipairs(inputs) do
+    if inp.lost then
+      local kind = inp.device:match("^%a+")
+      inp.variants = first.variants
+      for _, o in ipairs(inputs) do
+        if o.variants and not o.lost and o.result.meta.sweep.device.kind == kind then
+          inp.variants = o.variants
+          break
+        end
+      end
+    end
+    inp.variant_of = {}
+    for j, v in ipairs(inp.variants) do
+      v = tostring(v)
+      inp.variant_of[v] = j
+      if not seen[v] then
+        seen[v] = true
+        order[#order + 1] = v
+      end
+    end
+  end
+  local sop, spass = tostring(first.result.meta.sweep.op):match("^(.-)%.([^.]+)$")
+  local rows = {}
+  for k, c in ipairs(cells) do
+    for _, v in ipairs(order) do
+      for _, inp in ipairs(inputs) do
+        local j = inp.variant_of[v]
+        local t
+        if j and inp.lost then
+          t = {op = sop, pass = spass, M = c.M, N = c.N, dtype = c.dtype, status = "fail",
+            reason = inp.lost, lost = true, device = inp.device}
+        elseif j then
+          local row = inp.slots[(k - 1) * #inp.variants + j]
+          if not row then
+            fail_as("join", "%s lacks the row of %s at %s", inp.name, v, cell_name(c))
+          end
+          t = {}
+          for f, x in pairs(row) do t[f] = x end
+          if t.device == nil then
+            local m = inp.result.meta
+            t.device, t.roofline_gbps = inp.device, m.roofline_gbps
+            t.device_name = type(m.device_info) == "table" and m.device_info.name or nil
+          end
+        end
+        if t then
+          t.variant = v .. "@" .. inp.label
+          rows[#rows + 1] = t
+        end
+      end
+    end
+  end
+  local meta = {}
+  for k, v in pairs(first.result.meta) do meta[k] = v end
+  for _, k in ipairs({"device", "device_info", "roofline_gbps", "settings", "sweep", "shard",
+      "merged", "lost", "print", "sources"}) do
+    meta[k] = nil
+  end
+  meta.joined = {sweep = first.result.meta.sweep}
+  meta.sources = {}
+  local speedup = {}
+  for i, inp in ipairs(inputs) do
+    local m = inp.lost and {} or inp.result.meta
+    meta.sources[i] = {label = inp.label, device = inp.device, device_info = m.device_info,
+      roofline_gbps = m.roofline_gbps, settings = m.settings, date = m.date, binding = m.binding,
+      lost = inp.lost}
+    if inp.lost then
+      meta.lost = meta.lost or {}
+      meta.lost[#meta.lost + 1] = {label = inp.label, device = inp.device, reason = inp.lost}
+    end
+    local sp = type(m.print) == "table" and type(m.print.speedup) == "table" and m.print.speedup
+    for _, p in ipairs(sp and (type(sp[1]) == "table" and sp or {sp}) or {}) do
+      speedup[#speedup + 1] = {p[1] .. "@" .. inp.label, p[2] .. "@" .. inp.label}
+    end
+  end
+  meta.print = #speedup > 0 and {speedup = speedup} or nil
   return report.new(rows, meta)
 end
 

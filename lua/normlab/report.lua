@@ -256,18 +256,23 @@ local function cell_text(row, meta, opts)
   return s
 end
 
--- Header lines: what (the op) ran where, how it was timed, against which roofline.
+-- Header lines: what (the op) ran where, how it was timed, against which roofline. A source
+-- with a label (nl.join: a column group per device) shows it for the device, and its roofline.
 local function header(self, what)
   local m = self.meta or {}
   local sources = m.sources or {m}
   local devices, roofs, seen = {}, {}, {}
   for _, s in ipairs(sources) do
-    local d = s.device and tostring(s.device) or "?"
+    local d = s.label and tostring(s.label) or s.device and tostring(s.device) or "?"
     if s.device_info and s.device_info.name then d = d .. " (" .. s.device_info.name .. ")" end
+    if s.lost then d = d .. " (lost)" end
     if not seen[d] then
       seen[d] = true
       devices[#devices + 1] = d
-      if finite(s.roofline_gbps) then roofs[#roofs + 1] = num(s.roofline_gbps) .. " GB/s" end
+      if finite(s.roofline_gbps) then
+        roofs[#roofs + 1] = (s.label and tostring(s.label) .. " " or "") .. num(s.roofline_gbps)
+          .. " GB/s"
+      end
     end
   end
   local mode = m.mode and tostring(m.mode) or "?"
@@ -312,9 +317,12 @@ local function grid(self, opts)
     for _, v in ipairs(variants) do
       local row = line.cells[v]
       cells[#cells + 1] = cell_text(row, self.meta, opts)
-      -- Below the table: every failure in full, and each skip reason the cells had to clip.
+      -- Below the table: every failure in full (the cells of a lost run once, by its reason),
+      -- and each skip reason the cells had to clip.
       local note
-      if row and row.status == "fail" then
+      if row and row.status == "fail" and row.lost then
+        note = "FAIL, lost: " .. fail_text(row)
+      elseif row and row.status == "fail" then
         note = format("FAIL %s at %sx%s %s: %s", v, int(line.M), int(line.N), line.dtype,
           fail_text(row))
         if row.reason and failed_check(row) then note = note .. " (" .. tostring(row.reason) .. ")" end
@@ -475,9 +483,12 @@ function report.write_file(path, text)
 end
 
 -- CSV: one line per row, every scalar field, plus check_<output>_<field> for each check.
-local CSV_FIELDS = {"op", "pass", "variant", "resolved", "device", "M", "N", "dtype", "status",
-  "reason", "ms", "min_ms", "max_ms", "gbps", "extra_gbps", "pct", "bytes", "extra_bytes",
-  "deterministic", "reduce", "grid", "block", "cluster"}
+-- A row without device takes meta's; without device_name and roofline_gbps (of the device
+-- that ran it: pct is of that roofline), meta's when the result ran on one device.
+local CSV_FIELDS = {"op", "pass", "variant", "resolved", "device", "device_name",
+  "roofline_gbps", "M", "N", "dtype", "status", "reason", "ms", "min_ms", "max_ms", "gbps",
+  "extra_gbps", "pct", "bytes", "extra_bytes", "deterministic", "reduce", "grid", "block",
+  "cluster"}
 local CHECK_FIELDS = {"ok", "n_bad", "max_abs", "max_rel", "ulp_p50", "ulp_p99", "ulp_max"}
 
 local function csv_field(v)
@@ -510,12 +521,18 @@ function Result:csv(path)
   for _, o in ipairs(outputs) do
     for _, f in ipairs(CHECK_FIELDS) do cols[#cols + 1] = "check_" .. o .. "_" .. f end
   end
+  local m = self.meta or {}
+  local one = {device = m.device}
+  if m.sources == nil then
+    one.device_name = type(m.device_info) == "table" and m.device_info.name or nil
+    one.roofline_gbps = m.roofline_gbps
+  end
   local lines = {concat(cols, ",")}
   for _, row in ipairs(self.rows) do
     local cells = {}
     for i, f in ipairs(CSV_FIELDS) do
       local v = row[f]
-      if f == "device" and v == nil and self.meta then v = self.meta.device end
+      if v == nil then v = one[f] end
       cells[i] = csv_field(v)
     end
     for _, o in ipairs(outputs) do
