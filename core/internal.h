@@ -27,7 +27,8 @@ typedef struct nl_knobs {
   int32_t pdl;
   /* the CUDA auto resolvers' thresholds */
   struct {
-    int64_t blockrow_max_n, blockrow_min_m, blockrow_max_m, row_min_n, persistent_min_m, persistent_min_n;
+    int64_t blockrow_max_n, blockrow_min_m, blockrow_max_m, row_min_n, narrow_min_m, staged_min_n;
+    int64_t persistent_min_m, persistent_min_n;
   } rms_fwd;
   struct {
     int64_t blockrow_max_n, blockrow_max_m, partials_min_m, persistent_min_m, fp32_partials_max_n;

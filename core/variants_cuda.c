@@ -23,17 +23,20 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
 #define FP8 0
 #define YT NL_TR_EXTERNAL
 
-/* auto forward: blockrow up to blockrow_max_n columns, from blockrow_min_m rows (fewer rows
- * want a CTA each) up to blockrow_max_m, and below row_min_n columns whatever M above that;
- * at any M when a row has fewer than 32 packs of 16 bytes (several rows then share a warp,
- * where row gives each a CTA of a few threads); then persistent from
- * persistent_min_m rows and persistent_min_n columns, row otherwise. staged is not picked: it
- * led row only marginally and on one GPU (docs/kernels.md). */
+/* auto forward: staged from staged_min_n columns where the row fits a CTA's shared memory
+ * (row's looping kernel reads x twice there; staged reads it once); blockrow up to
+ * blockrow_max_n columns, from blockrow_min_m rows (fewer rows want a CTA each) up to
+ * blockrow_max_m, and for rows narrower than row_min_n from narrow_min_m rows whatever M
+ * above that (a CTA per row has a warp or less: with a few rows it still wins, from about a
+ * hundred it leaves the SMs idle); then persistent from persistent_min_m rows and
+ * persistent_min_n columns, row otherwise. The thresholds come from the H100 crossover
+ * (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
-  const int shared_warp = k->N * nlk_dtype_size(k->dt) < 32 * 16;
-  if ((shared_warp || (k->M >= kn->rms_fwd.blockrow_min_m &&
-                       (k->M <= kn->rms_fwd.blockrow_max_m || k->N < kn->rms_fwd.row_min_n))) &&
+  if (k->N >= kn->rms_fwd.staged_min_n && nl__fits(NL_CUDA, NL_FWD, "staged", k))
+    return "staged";
+  const int narrow = k->N < kn->rms_fwd.row_min_n && k->M >= kn->rms_fwd.narrow_min_m;
+  if ((narrow || (k->M >= kn->rms_fwd.blockrow_min_m && k->M <= kn->rms_fwd.blockrow_max_m)) &&
       k->N <= kn->rms_fwd.blockrow_max_n && nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
     return "blockrow";
   if (k->M >= kn->rms_fwd.persistent_min_m && k->N >= kn->rms_fwd.persistent_min_n)
@@ -98,9 +101,10 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
   FWD(O, OP, "staged", NULL, "one CTA per row, the row copied to shared memory through "          \
       "cp.async (no packs held in registers: many rows per SM in flight), "                       \
       "rmsnorm.fwd.staged_items packs per thread", ST_LIMITS),                                    \
-  FWD(O, OP, "auto", auto_fwd, "blockrow for N <= rmsnorm.fwd.blockrow_max_n and "                \
-      "rmsnorm.fwd.blockrow_min_m <= M <= rmsnorm.fwd.blockrow_max_m (any larger M below "        \
-      "rmsnorm.fwd.row_min_n columns; any M for rows under 512 bytes), persistent from "          \
+  FWD(O, OP, "auto", auto_fwd, "staged from rmsnorm.fwd.staged_min_n columns where it fits, "     \
+      "blockrow for N <= rmsnorm.fwd.blockrow_max_n and rmsnorm.fwd.blockrow_min_m <= M <= "      \
+      "rmsnorm.fwd.blockrow_max_m (below rmsnorm.fwd.row_min_n columns from "                     \
+      "rmsnorm.fwd.narrow_min_m rows whatever M), persistent from "                               \
       "rmsnorm.fwd.persistent_min_m rows and rmsnorm.fwd.persistent_min_n columns, row "          \
       "otherwise", AUTO_LIMITS),                                                                  \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \

@@ -601,20 +601,30 @@ describe("CUDA ops #cuda", function()
     free(x, y)
   end)
 
-  it_cuda("auto forward follows blockrow_max_n, blockrow_max_m, row_min_n and persistent_min_*", function()
+  it_cuda("auto forward follows staged_min_n, blockrow_*, row_min_n, narrow_min_m and persistent_min_*", function()
     local x, y = cuda:randn({64, 1024}, "bf16", {seed = 3}), cuda:empty({64, 1024}, "bf16")
     local args = {x = x, y = y, eps = 1e-6}
-    -- narrower than row_min_n: blockrow whatever M from blockrow_min_m
+    -- narrower than row_min_n: blockrow whatever M from narrow_min_m
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63,
-      ["rmsnorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.blockrow_min_m"] = 64}, function()
+      ["rmsnorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.narrow_min_m"] = 64}, function()
         assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", args))
+      end)
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63,
+      ["rmsnorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.narrow_min_m"] = 65}, function()
+        assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
       end)
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_min_m"] = 65},
       function()
         assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
-        -- rows under 512 bytes share a warp: blockrow at any M
+        -- a few narrow rows keep a CTA each, from narrow_min_m they share warps
         local xs, ys = cuda:randn({8, 128}, "bf16", {seed = 3}), cuda:empty({8, 128}, "bf16")
-        assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", {x = xs, y = ys, eps = 1e-6}))
+        local few = {x = xs, y = ys, eps = 1e-6}
+        with_settings({["rmsnorm.fwd.narrow_min_m"] = 9}, function()
+          assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", few))
+        end)
+        with_settings({["rmsnorm.fwd.narrow_min_m"] = 8}, function()
+          assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", few))
+        end)
         free(xs, ys)
       end)
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 64,
@@ -629,7 +639,19 @@ describe("CUDA ops #cuda", function()
       ["rmsnorm.fwd.persistent_min_n"] = 1024}, function()
       assert.are.equal("rmsnorm.fwd.persistent", nl.resolve("rmsnorm.fwd.auto", args))
     end)
-    free(x, y)
+    -- staged from staged_min_n columns where the row fits shared memory, before blockrow
+    with_settings({["rmsnorm.fwd.staged_min_n"] = 1024}, function()
+      assert.are.equal("rmsnorm.fwd.staged", nl.resolve("rmsnorm.fwd.auto", args))
+    end)
+    with_settings({["rmsnorm.fwd.staged_min_n"] = 1025}, function()
+      assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+    end)
+    local xw, yw = cuda:empty({2, 1048576}, "fp32"), cuda:empty({2, 1048576}, "fp32")
+    with_settings({["rmsnorm.fwd.staged_min_n"] = 1024}, function()
+      -- 4 MiB rows do not fit: row's looping kernel
+      assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", {x = xw, y = yw, eps = 1e-6}))
+    end)
+    free(x, y, xw, yw)
   end)
 
   it_cuda("auto backward: fp32 partials up to fp32_partials_max_n, reductions steer it", function()

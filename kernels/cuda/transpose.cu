@@ -26,10 +26,10 @@ namespace nlk {
 namespace {
 
 /* TR_THREADS per CTA; LOAD_BATCH: a tiled thread's 16-byte loads in flight before it converts
- * and stores them (one at a time, each waited for the last one's latency). The tiled kernels
- * take 64 (fp32 in) to 128 (fp8 in) registers with it, no spills: two or three CTAs per SM,
- * 32 KB or more of loads in flight per SM, about twice what HBM3's latency asks for; the
- * first thing to measure on a GPU, with the tile. */
+ * and stores them (the casting path; a plain copy of the bits goes by cp.async). Loads in
+ * flight per SM is what a transpose's speed comes from: each CTA waits for its whole tile
+ * before it stores any of it. Capping the casting path at 64 registers (a fourth CTA per SM)
+ * spills from 36 bytes (bf16) to 450 (fp8 in) on sm_90. */
 enum { TR_THREADS = 256, NAIVE_ROWS = TR_THREADS / 32, LOAD_BATCH = 4 };
 
 /* What an element becomes: the same bits, or fp8 with the scale. */
@@ -108,16 +108,21 @@ __global__ void __launch_bounds__(TR_THREADS) tr_naive(TrArgs a)
 /* ---- tiled ---- */
 
 /* The tile's layout in shared memory: tile_m rows of tile_n output elements (pitch pw 32-bit
- * words), each row's words XOR-swizzled by swz(row). The transposing read has a warp take
+ * words), each row's words XOR-swizzled by swz(row). Every extent is a power of two and held
+ * as its log2: the index arithmetic is shifts and masks (a runtime divisor costs a reciprocal
+ * and a dozen instructions per use, which made the kernel issue-bound). The transposing read has a warp take
  * RB blocks of V rows (V = 16 bytes of output: one yt chunk) at CW = 32 / RB word columns; the
  * swizzle puts the RB row blocks of a word column in different banks: rb * CW, within the
  * row. A multiple of CW (>= 4 words) keeps a thread's stored chunk (up to 4 words) whole. */
 struct Tile {
-  int pw;      /* words per row */
-  int rb;      /* row blocks per warp (a power of two, <= 8) */
-  int cw;      /* word columns per warp = 32 / rb */
-  int nrb;     /* row blocks per tile = tile_m / V */
-  __device__ __forceinline__ int swz(int row, int v) const { return ((row / v) % rb * cw) & (pw - 1); }
+  int lpw;     /* log2 of the words per row */
+  int lrb;     /* log2 of the row blocks per warp (at most 8 blocks) */
+  int lcw;     /* log2 of the word columns per warp, 32 / rb */
+  /* the swizzle of a row of row block row >> lv (lv: log2 of V) */
+  __device__ __forceinline__ int swz(int row, int lv) const
+  {
+    return (((row >> lv) & ((1 << lrb) - 1)) << lcw) & ((1 << lpw) - 1);
+  }
 };
 
 /* The 16-byte chunk q (of 4 / E) of V words, one per row, each holding 4 / E elements: the
@@ -153,7 +158,7 @@ template <int E> __device__ __forceinline__ uint4 column_chunk(const unsigned (&
  * past N are neither loaded nor stored (their tile slots hold stale data no store reads).
  * Limits: tile_m >= V and tile_n x E >= 16 (supports); a barrier between the two phases and
  * one before the next tile's loads (the tile is reused). */
-template <typename TI, Cast C>
+template <typename TI, Cast C, bool DIRECT>
 __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
 {
   using TO = OutT<TI, C>;
@@ -161,24 +166,49 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
   extern __shared__ __align__(16) unsigned char tile[];
   __shared__ unsigned red[32];
   const float scale = pass_scale<C>(a);
+  constexpr int LV = V == 16 ? 4 : V == 8 ? 3 : 2, LVI = VI == 16 ? 4 : VI == 8 ? 3 : 2;
+  const int ltm = __ffs(a.tile_m) - 1, ltn = __ffs(a.tile_n) - 1;
+  const int lnrb = ltm - LV; /* row blocks per tile: tile_m / V */
   Tile t;
-  t.pw = a.tile_n * E / 4;
-  t.nrb = a.tile_m / V;
-  t.rb = t.nrb < 8 ? t.nrb : 8;
-  t.cw = 32 / t.rb;
-  const int chunks_per_row = a.tile_n / VI;
-  const int loads = a.tile_m * chunks_per_row, reads = t.nrb * t.pw;
-  const int tiles_m = (a.M + a.tile_m - 1) / a.tile_m;
-  const int j0 = blockIdx.x * a.tile_n;
+  t.lpw = ltn + (E == 4 ? 0 : E == 2 ? -1 : -2);
+  t.lrb = lnrb < 3 ? lnrb : 3;
+  t.lcw = 5 - t.lrb;
+  const int lcpr = ltn - LVI; /* 16-byte chunks of x per tile row */
+  const int loads = a.tile_m << lcpr, reads = 1 << (lnrb + t.lpw);
+  const int tiles_m = (a.M + a.tile_m - 1) >> ltm;
+  const int j0 = blockIdx.x << ltn;
   unsigned am = 0;
 
   for (int tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
-    const int i0 = tm * a.tile_m;
-    for (int c0 = threadIdx.x; c0 < loads; c0 += TR_THREADS * LOAD_BATCH) {
+    const int i0 = tm << ltm;
+    if constexpr (DIRECT) {
+      /* every full chunk of the thread's share in flight at once, straight into the tile */
+      for (int c = threadIdx.x; c < loads; c += TR_THREADS) {
+        const int r = c >> lcpr, col = (c & ((1 << lcpr) - 1)) << LVI;
+        const int64_t i = (int64_t)i0 + r;
+        const int j = j0 + col;
+        if (i >= a.M || j >= a.N)
+          continue;
+        const int word = (col * E / 4) ^ t.swz(r, LV);
+        auto *dst = reinterpret_cast<Pack<TI, VI> *>(tile + ((size_t)r << (t.lpw + 2)) + (size_t)word * 4);
+        if (j + VI <= a.N) {
+          copy_async(dst, row_packs<TI, VI>(const_cast<void *>(a.x), i, a.sx) + j / VI);
+        } else {
+          Pack<TI, VI> p;
+#pragma unroll
+          for (int e = 0; e < VI; e++)
+            p.v[e] = j + e < a.N ? static_cast<const TI *>(a.x)[i * a.sx + j + e] : TI{};
+          *dst = p;
+        }
+      }
+      copy_commit();
+      copy_wait(0);
+    }
+    for (int c0 = DIRECT ? loads : threadIdx.x; c0 < loads; c0 += TR_THREADS * LOAD_BATCH) {
       Pack<TI, VI> in[LOAD_BATCH];
 #pragma unroll
       for (int b = 0; b < LOAD_BATCH; b++) {
-        const int c = c0 + b * TR_THREADS, r = c / chunks_per_row, j = j0 + c % chunks_per_row * VI;
+        const int c = c0 + b * TR_THREADS, r = c >> lcpr, j = j0 + ((c & ((1 << lcpr) - 1)) << LVI);
         const int64_t i = (int64_t)i0 + r;
         if (c >= loads || i >= a.M || j >= a.N)
           continue;
@@ -192,7 +222,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
       }
 #pragma unroll
       for (int b = 0; b < LOAD_BATCH; b++) {
-        const int c = c0 + b * TR_THREADS, r = c / chunks_per_row, col = c % chunks_per_row * VI;
+        const int c = c0 + b * TR_THREADS, r = c >> lcpr, col = (c & ((1 << lcpr) - 1)) << LVI;
         const int64_t i = (int64_t)i0 + r;
         const int j = j0 + col;
         if (c >= loads || i >= a.M || j >= a.N)
@@ -215,22 +245,23 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
                 static_cast<TO *>(a.y)[i * a.sy + j + e] = out.v[e];
           }
         }
-        const int word = (col * E / 4) ^ t.swz(r, V);
-        *reinterpret_cast<Pack<TO, VI> *>(tile + (size_t)r * t.pw * 4 + (size_t)word * 4) = out;
+        const int word = (col * E / 4) ^ t.swz(r, LV);
+        *reinterpret_cast<Pack<TO, VI> *>(tile + ((size_t)r << (t.lpw + 2)) + (size_t)word * 4) = out;
       }
     }
     __syncthreads();
     for (int it = threadIdx.x; it < reads; it += TR_THREADS) {
-      const int rb = it / (t.rb * t.pw) * t.rb + it % t.rb, wc = it / t.rb % t.pw;
+      const int rb = ((it >> (t.lrb + t.lpw)) << t.lrb) | (it & ((1 << t.lrb) - 1));
+      const int wc = (it >> t.lrb) & ((1 << t.lpw) - 1);
       const int r0 = rb * V, jc = j0 + wc * W;
       const int64_t i = (int64_t)i0 + r0;
       if (i >= a.M || jc >= a.N)
         continue;
       unsigned w[V];
-      const int word = wc ^ t.swz(r0, V);
+      const int word = wc ^ t.swz(r0, LV);
 #pragma unroll
       for (int k = 0; k < V; k++)
-        w[k] = reinterpret_cast<const unsigned *>(tile)[(size_t)(r0 + k) * t.pw + word];
+        w[k] = reinterpret_cast<const unsigned *>(tile)[((size_t)(r0 + k) << t.lpw) + word];
       const bool full = a.vec && i + V <= a.M;
 #pragma unroll
       for (int q = 0; q < W; q++) {
@@ -399,15 +430,25 @@ int launch_tiled(nlk_norm *k)
     if (rc != NLK_OK)
       return rc;
     return with_cast(cast_of(k), [&](auto c) {
-      const void *kern = (const void *)tr_tiled<TI, decltype(c)::value>;
+      constexpr Cast CV = decltype(c)::value;
+      const bool direct = CV == Cast::COPY && a.vec && !a.y && !a.track;
+      const void *kern = direct ? (const void *)tr_tiled<TI, CV, CV == Cast::COPY>
+                                : (const void *)tr_tiled<TI, CV, false>;
       const size_t smem = tile_bytes(k);
-      cudaError_t e = allow_smem(k, kern, smem);
+      /* the largest carveout: the tiles, not the L1, bound the CTAs per SM */
+      cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared);
+      if (e == cudaSuccess)
+        e = allow_smem(k, kern, smem);
       if (e != cudaSuccess)
         return cuda_result(k, e);
       const int64_t tiles_m = (k->M + a.tile_m - 1) / a.tile_m;
       const dim3 grid((unsigned)((k->N + a.tile_n - 1) / a.tile_n),
                       (unsigned)(tiles_m < 65535 ? tiles_m : 65535));
-      tr_tiled<TI, decltype(c)::value><<<grid, TR_THREADS, smem, (cudaStream_t)k->stream>>>(a);
+      void *args[] = {&a};
+      e = cudaLaunchKernel(kern, grid, TR_THREADS, args, smem, (cudaStream_t)k->stream);
+      if (e != cudaSuccess)
+        return cuda_result(k, e);
       k->grid = (int32_t)(grid.x * grid.y);
       k->block = TR_THREADS;
       k->kernel = kern;
