@@ -206,7 +206,9 @@ describe("#cuda fp8 output of the CUDA forwards", function()
                 local ok, why = nl.supports(name, probe)
                 local what = string.format("%s %s->%s %s %dx%d", name, dt, f8, scaling, s[1], s[2])
                 if not ok then
-                  assert.truthy(why:find("not supported by this strategy", 1, true), what .. ": " .. why)
+                  -- not offered, or a shape the strategy does not take (blockrow's, staged's N)
+                  assert.truthy(why:find("not supported by this strategy", 1, true) or
+                    why:find("N = ", 1, true), what .. ": " .. why)
                 else
                   local ways = {}
                   for _, t in ipairs(nl.variants{op = op, pass = "fwd", backend = "cuda"}) do
@@ -292,8 +294,15 @@ describe("#cuda fp8 output of the CUDA forwards", function()
       local y, _, amax = forward(op, xx, ww, oo)
       return y, amax, oo.scale
     end
+    local gx, gw = to_gpu(x), to_gpu(w)
+    local ok, why = nl.supports(op .. ".fwd." .. v, args_of(op, gx, keep(cuda:empty(x.shape, o.out_dtype)),
+      {w = gw, scaling = o.scaling}))
+    if not ok then -- a shape the strategy does not take
+      assert.truthy(why:find("N = ", 1, true), what .. ": " .. why)
+      return
+    end
     local ry, ramax, rscale = run("ref", cpu, x, w)
-    local y, amax, scale = run(v, cuda, to_gpu(x), to_gpu(w))
+    local y, amax, scale = run(v, cuda, gx, gw)
     local f8 = o.out_dtype
     local c = nl.compare(y, ry, {atol = f8 == "fp8e4m3" and 2 ^ -9 or 2 ^ -16,
       rtol = f8 == "fp8e4m3" and 2 ^ -3 or 2 ^ -2})
@@ -301,14 +310,15 @@ describe("#cuda fp8 output of the CUDA forwards", function()
     print(string.format("%s: %d of %d elements one fp8 ulp off", what, exact.n_bad, exact.n))
     assert.are.equal(0, c.n_bad + c.n_nan, what .. ": " .. tostring(c))
     local a, ra = amax:get(1), ramax:get(1)
+    local _, rtol = nl.tolerance(x.dtype, "amax")
     if ra ~= ra then
       assert.is_true(a ~= a, what .. ": a NaN in y makes amax NaN")
     else
-      assert.is_true(math.abs(a - ra) <= 2 ^ -20 * ra, what .. string.format(": amax %g, ref %g", a, ra))
+      assert.is_true(math.abs(a - ra) <= rtol * ra, what .. string.format(": amax %g, ref %g", a, ra))
     end
     if scale then
       local sv, rv = scale:get(1), rscale:get(1)
-      assert.is_true(sv == rv or math.abs(sv - rv) <= 2 ^ -20 * rv, what .. ": scale")
+      assert.is_true(math.abs(sv - rv) <= rtol * rv, what .. string.format(": scale %g, ref %g", sv, rv))
     end
     return y, scale
   end
@@ -336,7 +346,7 @@ describe("#cuda fp8 output of the CUDA forwards", function()
             local zeros = keep(cpu:zeros(s, "bf16"))
             local _, sc = against_ref(op, v, zeros, w, {out_dtype = f8, scaling = "current"},
               string.format("%s.fwd.%s %dx%d %s current, x = 0", op, v, s[1], s[2], f8))
-            assert.are.equal(1, sc:get(1), "amax 0 gives scale 1")
+            if sc then assert.are.equal(1, sc:get(1), "amax 0 gives scale 1") end
           end
         end
       end

@@ -94,11 +94,12 @@ template <typename T, int VEC, Norm NORM> const void *fwd_kernel(const FwdKernel
 constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}, 0};
 constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 512};
 /* The pipelined kernels with an fp8 y hold about half as many registers again (ptxas: 244
- * instead of 128 at 8 packs), so half the threads, or they spill. */
-constexpr BlockLimits FWD_PIPE_FP8_LIMITS{{512, 512, 256, 128}, {1, 1, 1, 1}, 512};
+ * instead of 128 at 8 packs, bf16 in), and with a strided yt of fp16 they spill at 8 packs
+ * with a residual: half the threads for every output but the plain one. */
+constexpr BlockLimits FWD_PIPE_OUT_LIMITS{{512, 512, 256, 128}, {1, 1, 1, 1}, 512};
 constexpr const BlockLimits &pipe_limits(Out out)
 {
-  return out == Out::E4M3 || out == Out::E5M2 ? FWD_PIPE_FP8_LIMITS : FWD_PIPE_LIMITS;
+  return out == Out::PLAIN ? FWD_PIPE_LIMITS : FWD_PIPE_OUT_LIMITS;
 }
 /* staged: any block up to 1024 threads within 32 registers, a full SM of threads (LayerNorm's
  * two passes need 64: one CTA of 1024). */
@@ -162,8 +163,8 @@ template <typename T, Out OUT> struct Epi {
   }
 
   /* Pack v of row `row` (y: the row's first pack) from its fp32 values f. The amax pass
- * converts too and only skips the stores: a branch around the conversion makes ptxas keep
- * every pack's values live across it (the pipelined kernel then spills). */
+   * converts too and only skips the stores: with a branch around the conversion the
+   * pipelined kernel spilled twice as much at the plain kernel's limits (ptxas). */
   template <bool STREAM, int VEC>
   __device__ __forceinline__ void put(Pack<O, VEC> *y, int64_t row, int v, const float (&f)[VEC])
   {
