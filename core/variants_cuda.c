@@ -19,9 +19,12 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
 #define ATOMIC NL_RED(NL_REDUCE_ATOMIC)
 #define TEMP NL_RED(NL_REDUCE_TEMP)
 #define TR_DTYPES (DTYPES | NL_DT(NL_F8E4M3) | NL_DT(NL_F8E5M2))
-/* what the forward norm kernels offer for an fp8 y (NL_SC bits) and yt (NL_TR bits) */
-#define FP8 0
-#define YT NL_TR_EXTERNAL
+/* what the forward norm kernels offer for an fp8 y (NL_SC bits: both scalings, in every
+ * strategy: norm_fwd.cu's fp8 epilogue, current scaling as two launches) and yt (NL_TR bits:
+ * strided, each element stored again by the norm kernel, in every strategy; external, the
+ * core's tiled transpose after the kernel) */
+#define FP8 NL_FP8_ALL
+#define YT (NL_TR_EXTERNAL | NL_TR(NL_TRANSPOSE_STRIDED))
 
 /* auto forward: staged from staged_min_n columns where the row fits a CTA's shared memory
  * (row's looping kernel reads x twice there; staged reads it once); blockrow up to
@@ -83,7 +86,7 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
   {"transpose.fwd." S, NL_OP_TRANSPOSE, NL_FWD, NL_CUDA, S, SUMMARY, LIMITS, TR_DTYPES, 0, 0, \
    NL_FP8_ALL, 0, AUTO}
 
-#define LIMITS "any M; N <= 2^24; fp32, fp16, bf16; 16-byte packs when N and strides allow"
+#define LIMITS "any M; N <= 2^24; fp32, fp16, bf16 (y also fp8e4m3, fp8e5m2); 16-byte packs when N and strides allow"
 #define ST_LIMITS "any M; N x element size (x 2 with a residual) within a CTA's shared memory " \
   "(227 KB on sm_90: N <= 115712 bf16); fp32, fp16, bf16"
 #define BR_LIMITS "N <= 2048 (bf16/fp16) or 1024 (fp32) with 16-byte packs, 256 / 256 without"

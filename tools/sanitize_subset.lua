@@ -6,7 +6,8 @@
 -- reduction, clusters summing dW in distributed shared memory or sharing rows, the cp.async
 -- pipelines, atomics, in place), and the transpose op (every CUDA strategy: copies, fp8 casts
 -- with amax, current scaling's amax pass, odd and strided shapes that take the element path,
--- small and large tiles) with a norm's external transposed copy. Small shapes: the tools slow
+-- small and large tiles) with a norm's external transposed copy, and the norms' fp8 y and
+-- strided yt (every forward strategy, both scalings). Small shapes: the tools slow
 -- kernels down a lot.
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
 local nl = require("normlab")
@@ -161,6 +162,46 @@ for _, pass in ipairs(passes) do
       end
     end
   end
+end
+-- The forwards' fp8 y (delayed with amax, current: the amax launch, then y) and strided yt
+-- (fp8 and x's dtype), every strategy of every op, on shapes of each kernel: sub-warp rows,
+-- one-row CTAs, the element path, the looping kernel (70000 columns).
+for _, s in ipairs({{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {2, 70000}}) do
+  local x = dev:randn(s, "bf16", {seed = 11})
+  local res = dev:randn(s, "bf16", {seed = 12})
+  local w = dev:randn({s[2]}, "bf16", {seed = 13, mean = 1, std = 0.1})
+  for _, op in ipairs({"rmsnorm", "add_rmsnorm", "layernorm"}) do
+    for _, v in ipairs(strategies(op, "fwd")) do
+      local probe = {x = x, w = w, y = dev:empty(s, "fp8e4m3"), eps = 1e-6}
+      if op == "add_rmsnorm" then
+        probe.residual, probe.residual_out = res, dev:empty(s, "bf16")
+      end
+      local ok = nl.supports(op .. ".fwd." .. v, probe)
+      probe.y:free()
+      if probe.residual_out then probe.residual_out:free() end
+      for _, o in ipairs(ok and {{out_dtype = "fp8e4m3", amax = true, scale = 2},
+          {out_dtype = "fp8e5m2", scaling = "current", amax = true, transpose = "strided"},
+          {transpose = "strided"}} or {}) do
+        o.variant = v
+        -- the outputs, nil where not asked for (yt without a transpose)
+        local function free(...)
+          for i = 1, select("#", ...) do
+            local b = select(i, ...)
+            if b then b:free() end
+          end
+        end
+        if op == "rmsnorm" then
+          free(nl.rmsnorm(x, w, o))
+        elseif op == "add_rmsnorm" then
+          free(nl.add_rmsnorm(x, res, w, o))
+        else
+          free(nl.layernorm(x, w, nil, o))
+        end
+        runs = runs + 1
+      end
+    end
+  end
+  for _, b in ipairs({x, res, w}) do b:free() end
 end
 -- The transpose op: dense (16-byte accesses) and strided odd shapes (the element path), x of
 -- each dtype copied and cast to fp8 (y and yt, amax), current scaling (the amax pass first),

@@ -49,6 +49,25 @@ struct FwdArgs {
 };
 static_assert(sizeof(FwdArgs) <= 128, "FwdArgs outgrew 128 bytes");
 
+/* Current scaling's two launches of one kernel, and delayed scaling's one (FwdOut.pass). */
+enum FwdPass : int8_t { PASS_DELAYED = 0, PASS_AMAX = 1, PASS_Y = 2 };
+
+/* The kernels' second argument: what an fp8 y and a strided yt need, apart from FwdArgs so
+ * that it stays within 128 bytes; the plain kernels (Out::PLAIN) never read it. */
+struct FwdOut {
+  float *scale;  /* PASS_DELAYED: read (NULL: 1); PASS_Y: the scale used goes here (NULL: nowhere) */
+  float *amax;   /* PASS_DELAYED: |y| reduced into it (NULL: not wanted); PASS_AMAX: the same,
+                  * always set; PASS_Y: read for the scale */
+  void *yt;      /* the strided transposed copy, y's dtype: yt[col * syt + row]; NULL: none */
+  int64_t syt;
+  int8_t pass;   /* FwdPass */
+};
+
+/* What a kernel writes y as (its OUT parameter): x's dtype and nothing else (PLAIN: the
+ * kernels as they were before fp8, which take no register for the rest), x's dtype with a
+ * strided yt (SAME), or fp8 (E4M3, E5M2) scaled, with amax and optionally a strided yt. */
+enum class Out : int8_t { PLAIN, SAME, E4M3, E5M2 };
+
 /* What a one-row kernel's thread holds across the reduction: its packs of x, the weight read
  * after the reduction from L1 (X); x and the weight loaded with it (EARLY_W); nothing, x read
  * again from L1 after the reduction (RELOAD). */
@@ -60,6 +79,7 @@ struct FwdKernel {
   int items;
   Hold hold;
   bool res;
+  Out out;
 };
 
 /* The kernel for a key, from the translation unit that instantiates T, VEC and NORM; NULL
@@ -73,6 +93,14 @@ template <typename T, int VEC, Norm NORM> const void *fwd_kernel(const FwdKernel
  * nothing spills. */
 constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}, 0};
 constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 512};
+/* The pipelined kernels with an fp8 y hold about half as many registers again (ptxas: 244
+ * instead of 128 at 8 packs, bf16 in), and with a strided yt of fp16 they spill at 8 packs
+ * with a residual: half the threads for every output but the plain one. */
+constexpr BlockLimits FWD_PIPE_OUT_LIMITS{{512, 512, 256, 128}, {1, 1, 1, 1}, 512};
+constexpr const BlockLimits &pipe_limits(Out out)
+{
+  return out == Out::PLAIN ? FWD_PIPE_LIMITS : FWD_PIPE_OUT_LIMITS;
+}
 /* staged: any block up to 1024 threads within 32 registers, a full SM of threads (LayerNorm's
  * two passes need 64: one CTA of 1024). */
 enum { STAGED_MAX_BLOCK = 1024 };
@@ -95,6 +123,77 @@ constexpr BlockLimits FWD_RELOAD_LIMITS{{1024, 512, 512, 256}, {2, 4, 3, 4}, 0};
  * for RMSNorm). */
 struct Stats {
   float mu, r;
+};
+
+/* The epilogue's output side for OUT (y's element type O): PLAIN folds away to a plain store.
+ * fp8: y = satfinite(rne(v * scale)) of the fp32 value v (device.cuh's to_fp8_pack: the CPU's
+ * bits), |v| into the thread's amax, committed once per CTA (commit(): every thread of the
+ * CTA calls it once, at the end); the scale read once per thread (delayed) or computed from
+ * the amax pass's result (current's y pass; CTA 0 writes it out). Current scaling's amax
+ * pass stores nothing (stores() false: neither y nor h, rstd, the mean), since residual_out
+ * may be the residual that the y pass reads again. yt: each element again at
+ * yt[col * syt + row], a sector per element (the strided baseline). */
+template <typename T, Out OUT> struct Epi {
+  static constexpr bool fp8 = OUT == Out::E4M3 || OUT == Out::E5M2;
+  using O = std::conditional_t<OUT == Out::E4M3, __nv_fp8_e4m3,
+                               std::conditional_t<OUT == Out::E5M2, __nv_fp8_e5m2, T>>;
+  const FwdOut &o;
+  float scale = 1.f;
+  unsigned amax = 0;
+
+  __device__ __forceinline__ explicit Epi(const FwdOut &out) : o(out)
+  {
+    if constexpr (fp8) {
+      if (o.pass == PASS_Y) {
+        scale = scale_from_amax(*o.amax, fp8_max<OUT == Out::E4M3 ? NLK_F8E4M3 : NLK_F8E5M2>());
+        if (o.scale && blockIdx.x == 0 && threadIdx.x == 0)
+          *o.scale = scale;
+      } else if (o.pass == PASS_DELAYED && o.scale) {
+        scale = *o.scale;
+      }
+    }
+  }
+
+  __device__ __forceinline__ bool stores() const
+  {
+    if constexpr (OUT == Out::PLAIN)
+      return true;
+    else
+      return o.pass != PASS_AMAX;
+  }
+
+  /* Pack v of row `row` (y: the row's first pack) from its fp32 values f. The amax pass
+   * converts too and only skips the stores: with a branch around the conversion the
+   * pipelined kernel spilled twice as much at the plain kernel's limits (ptxas). */
+  template <bool STREAM, int VEC>
+  __device__ __forceinline__ void put(Pack<O, VEC> *y, int64_t row, int v, const float (&f)[VEC])
+  {
+    Pack<O, VEC> p;
+    if constexpr (fp8)
+      p = to_fp8_pack<O>(f, scale, amax);
+    else
+      p = pack_of<T>(f);
+    if (!stores())
+      return;
+    store_pack<STREAM>(y + v, p);
+    if constexpr (OUT != Out::PLAIN) {
+      if (o.yt) {
+        O *t = static_cast<O *>(o.yt) + row;
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+          t[(int64_t)(v * VEC + j) * o.syt] = p.v[j];
+      }
+    }
+  }
+
+  __device__ __forceinline__ void commit() const
+  {
+    if constexpr (fp8) {
+      __shared__ unsigned red[32];
+      if (o.amax && o.pass != PASS_Y)
+        amax_commit(o.amax, amax, red);
+    }
+  }
 };
 
 /* LayerNorm's statistics in two passes over the thread's elements, which each(f) visits
@@ -164,10 +263,13 @@ __device__ __forceinline__ void values(const Pack<T, VEC> &p, const Stats &st, f
       f[j] -= st.mu;
 }
 
-/* The row's statistics out (rstd always optional, LayerNorm's mean too): by one thread. */
+/* The row's statistics out (rstd always optional, LayerNorm's mean too): by one thread;
+ * nothing in current scaling's amax pass (stores false). */
 template <Norm NORM>
-__device__ __forceinline__ void put_stats(const FwdArgs &a, int64_t row, const Stats &st)
+__device__ __forceinline__ void put_stats(const FwdArgs &a, int64_t row, const Stats &st, bool stores)
 {
+  if (!stores)
+    return;
   if (a.rstd)
     a.rstd[row] = st.r;
   if (NORM == Norm::LN && a.mean)
@@ -201,10 +303,11 @@ __device__ __forceinline__ void load_in(const FwdArgs &a, int64_t row, int lane,
 }
 
 /* Adds a pack's squares to ss. RES (add_rmsnorm): first h = round(x + res) into x's pack
- * and out to res_out, which may be res itself (the caller has read the pack). */
+ * and out to res_out (unless !stores: current scaling's amax pass), which may be res itself
+ * (the caller has read the pack). */
 template <typename T, int VEC, bool RES>
 __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v, Pack<T, VEC> &x,
-                                           const Pack<T, VEC> &res, float &ss)
+                                           const Pack<T, VEC> &res, float &ss, bool stores = true)
 {
   float f[VEC];
   if (RES) {
@@ -215,7 +318,8 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
     for (int j = 0; j < VEC; j++)
       f[j] += rf[j];
     x = pack_of<T>(f);
-    store<T, VEC, true>(a.res_out, row, a.sres_out, v, x);
+    if (stores)
+      store<T, VEC, true>(a.res_out, row, a.sres_out, v, x);
   }
   unpack(x, f);
 #pragma unroll
@@ -223,7 +327,7 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
     ss += f[j] * f[j];
 }
 
-/* y for pack v of a row (y: its first pack) from its values f (values()), the row's
+/* y for pack v of row `row` (y: its first pack) from its values f (values()), the row's
  * statistics, the weight and (LayerNorm) the bias of item i in wt, out through a streaming
  * store (STREAM) or a plain one. LayerNorm: (x - mean) (r W + r offset) + B, rounded once,
  * whatever the casting mode (the offset folded into the row's scale saves an add per
@@ -231,10 +335,14 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
  * 16-bit weights of x's dtype and no offset (a.pair, decided on the host), one packed
  * multiply per two elements. The flag decided once on the host and the row's address
  * computed once keep the epilogue short: evaluated per pack, the conditions and the address
- * cost about a quarter more instructions per row. */
-template <bool STREAM, Norm NORM, typename T, int VEC, int ITEMS>
-__device__ __forceinline__ void store_y(const FwdArgs &a, Pack<T, VEC> *y, int v, float (&f)[VEC],
-                                        const Stats &st, const Affine<T, VEC, ITEMS, NORM> &wt, int i)
+ * cost about a quarter more instructions per row. Any other output (e: fp8, strided yt) takes
+ * the fp32 values before the final rounding, the packed multiply's unrounded product; the
+ * epilogue e stores them. */
+template <bool STREAM, Norm NORM, typename T, int VEC, int ITEMS, Out OUT>
+__device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
+                                        Pack<typename Epi<T, OUT>::O, VEC> *y, int64_t row, int v,
+                                        float (&f)[VEC], const Stats &st,
+                                        const Affine<T, VEC, ITEMS, NORM> &wt, int i)
 {
   float W[VEC];
   if constexpr (NORM == Norm::LN) {
@@ -246,7 +354,7 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, Pack<T, VEC> *y, int v
     for (int j = 0; j < VEC; j++)
       f[j] = fmaf(f[j], fmaf(st.r, W[j], ro), B[j]);
   } else {
-    if constexpr (Pair<T>::ok && VEC % 2 == 0) {
+    if constexpr (Pair<T>::ok && VEC % 2 == 0 && OUT == Out::PLAIN) {
       if (a.pair) {
         Pack<T, VEC> o;
         const Pack<T, VEC> wp = wt.w.pack(i, v);
@@ -264,7 +372,7 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, Pack<T, VEC> *y, int v
              : a.cast == NLK_CAST_NONE ? round_to<T>(f[j] * st.r) * round_to<T>(W[j])
                                        : round_to<T>(f[j] * st.r) * W[j];
   }
-  store_pack<STREAM>(y + v, pack_of<T>(f));
+  e.template put<STREAM>(y, row, v, f);
 }
 
 /* The statistics of a row held in packs: RMSNorm's sum of squares (after add_rmsnorm's
@@ -273,7 +381,7 @@ template <typename T, int VEC, int ITEMS, Norm NORM, bool RES>
 __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool active, int lane, int G,
                                            int nvec, Pack<T, VEC> (&xv)[ITEMS],
                                            const Pack<T, VEC> (&rv)[ITEMS], float (*red)[32],
-                                           int &parity)
+                                           int &parity, bool stores)
 {
   if constexpr (NORM == Norm::LN) {
     return ln_stats(a, held(xv, active, lane, G, nvec), G, red, parity);
@@ -284,7 +392,7 @@ __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool a
       for (int i = 0; i < ITEMS; i++) {
         const int v = lane + i * G;
         if (v < nvec)
-          add_square<T, VEC, RES>(a, row, v, xv[i], rv[i], ss);
+          add_square<T, VEC, RES>(a, row, v, xv[i], rv[i], ss, stores);
       }
     }
     ss = group_reduce(ss, G, red, parity);
@@ -296,14 +404,15 @@ __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool a
  * itself: this thread read the element before overwriting it), the row's statistics summed
  * over the group (every thread of the CTA calls this the same number of times), y, rstd and
  * (LayerNorm) the mean. */
-template <typename T, int VEC, int ITEMS, Norm NORM, bool RES>
-__device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool active, int lane,
-                                        int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, Out OUT>
+__device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_t row, bool active,
+                                        int lane, int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
                                         const Pack<T, VEC> (&rv)[ITEMS],
                                         Affine<T, VEC, ITEMS, NORM> &wt, float (*red)[32],
                                         int &parity)
 {
-  const Stats st = row_stats<T, VEC, ITEMS, NORM, RES>(a, row, active, lane, G, nvec, xv, rv, red, parity);
+  const Stats st = row_stats<T, VEC, ITEMS, NORM, RES>(a, row, active, lane, G, nvec, xv, rv, red,
+                                                       parity, e.stores());
   if (!active)
     return;
 #pragma unroll
@@ -311,15 +420,15 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
     opaque(xv[i]);
   wt.refresh();
   if (lane == 0)
-    put_stats<NORM>(a, row, st);
-  Pack<T, VEC> *y = row_packs<T, VEC>(a.y, row, a.sy);
+    put_stats<NORM>(a, row, st, e.stores());
+  auto *y = row_packs<typename Epi<T, OUT>::O, VEC>(a.y, row, a.sy);
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
     if (v < nvec) {
       float f[VEC];
       values<NORM>(xv[i], st, f);
-      store_y<true, NORM>(a, y, v, f, st, wt, i);
+      store_y<true, NORM>(a, e, y, row, v, f, st, wt, i);
     }
   }
 }
@@ -329,12 +438,14 @@ __device__ __forceinline__ void process(const FwdArgs &a, int64_t row, bool acti
  * or with EARLY (Hold::EARLY_W, RMSNorm only: add_rmsnorm's residual packs leave no registers
  * for it, and LayerNorm measured no faster with its weight and bias held) together with x,
  * its latency hidden behind x's, and held in registers across the reduction; x then loads
- * with the default policy, which measured faster there. */
-template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY>
+ * with the default policy, which measured faster there. Outputs other than PLAIN hold the
+ * weight as X does. */
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT>
 __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS : FWD_LIMITS).ctas(ITEMS))
-    fwd_one(FwdArgs a)
+    fwd_one(FwdArgs a, FwdOut o)
 {
   pdl_begin(a.pdl);
+  Epi<T, OUT> e(o);
   const Group g(a.group);
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
   const int64_t row = g.one_row();
@@ -345,19 +456,21 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS :
   if (active)
     load_in<T, VEC, ITEMS, RES, !EARLY>(a, row, lane, G, nvec, xv, rv);
   Affine<T, VEC, ITEMS, NORM> wt(a, lane, G, nvec, EARLY && active);
-  process<T, VEC, ITEMS, NORM, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
+  process<T, VEC, ITEMS, NORM, RES>(a, e, row, active, lane, G, nvec, xv, rv, wt, red, parity);
+  e.commit();
 }
 
-/* Hold::RELOAD (RMSNorm only: LayerNorm's two passes would read x three times): x is read twice instead of held across the reduction, the
+/* Hold::RELOAD (RMSNorm's PLAIN output only: LayerNorm's two passes would read x three times): x is read twice instead of held across the reduction, the
  * second time from L1 (the first read asks L1 and L2 to keep the lines, the second to drop
  * them), so a thread holds no packs there: 32 registers and four CTAs of 512 threads per SM
  * where the register-held row fits three. The weight is read from L1 after the reduction. y
  * goes out through plain stores: streaming ones measured slower in this kernel alone. */
 template <typename T, int VEC, int ITEMS>
 __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ctas(ITEMS))
-    fwd_reload(FwdArgs a)
+    fwd_reload(FwdArgs a, FwdOut o)
 {
   pdl_begin(a.pdl);
+  Epi<T, Out::PLAIN> e(o);
   const Group g(a.group);
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
   const int64_t row = g.one_row();
@@ -382,7 +495,7 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
     return;
   const Stats st{0.f, r};
   if (lane == 0)
-    put_stats<Norm::RMS>(a, row, st);
+    put_stats<Norm::RMS>(a, row, st, true);
   const Affine<T, VEC, ITEMS, Norm::RMS> wt(a, lane, G, nvec, false);
   Pack<T, VEC> *y = row_packs<T, VEC>(a.y, row, a.sy);
 #pragma unroll
@@ -391,7 +504,7 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
     if (v < nvec) {
       float f[VEC];
       unpack(load_l1<T, VEC, false>(pack_at<T, VEC>(a.x, row, a.sx, v)), f);
-      store_y<false, Norm::RMS>(a, y, v, f, st, wt, i);
+      store_y<false, Norm::RMS>(a, e, y, row, v, f, st, wt, i);
     }
   }
 }
@@ -400,10 +513,12 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ct
  * idle but still join the barriers). Stage s of a thread's staging holds its x (and
  * residual) packs of the row s iterations ahead; each iteration tops the pipeline up, waits
  * for the oldest stage and works on it from registers. */
-template <typename T, int VEC, int ITEMS, Norm NORM, bool RES>
-__global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(ITEMS)) fwd_stride(FwdArgs a)
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, Out OUT>
+__global__ void __launch_bounds__(pipe_limits(OUT)(ITEMS), pipe_limits(OUT).ctas(ITEMS))
+    fwd_stride(FwdArgs a, FwdOut o)
 {
   pdl_begin(a.pdl);
+  Epi<T, OUT> e(o);
   using P = Pack<T, VEC>;
   const Group g(a.group);
   const int G = g.G, grp = g.idx, lane = g.lane, nvec = a.N / VEC, S = a.stages;
@@ -446,10 +561,11 @@ __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(I
           if (RES)
             rv[i] = *st.at(stage, 1, i);
         }
-    process<T, VEC, ITEMS, NORM, RES>(a, row, active, lane, G, nvec, xv, rv, wt, red, parity);
+    process<T, VEC, ITEMS, NORM, RES>(a, e, row, active, lane, G, nvec, xv, rv, wt, red, parity);
     stage = stage + 1 == S ? 0 : stage + 1;
   }
   copy_wait(0);
+  e.commit();
 }
 
 /* STAGED: one CTA per row, copied whole into shared memory through cp.async, so a thread
@@ -458,10 +574,11 @@ __global__ void __launch_bounds__(FWD_PIPE_LIMITS(ITEMS), FWD_PIPE_LIMITS.ctas(I
  * against three register-held rows of 512 threads). Each thread reads back only the slots
  * it copied, so the reduction is the only barrier; the weight comes from L1 after it.
  * Limits: the row (and residual) must fit one CTA's shared memory. */
-template <typename T, int VEC, Norm NORM, bool RES>
-__global__ void __launch_bounds__(STAGED_MAX_BLOCK, staged_min_ctas(NORM)) fwd_staged(FwdArgs a)
+template <typename T, int VEC, Norm NORM, bool RES, Out OUT>
+__global__ void __launch_bounds__(STAGED_MAX_BLOCK, staged_min_ctas(NORM)) fwd_staged(FwdArgs a, FwdOut o)
 {
   pdl_begin(a.pdl);
+  Epi<T, OUT> e(o);
   using P = Pack<T, VEC>;
   const int nvec = a.N / VEC;
   const int64_t row = blockIdx.x;
@@ -483,7 +600,7 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, staged_min_ctas(NORM)) fwd_s
     float ss = 0.f;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
       P x = xs[v];
-      add_square<T, VEC, RES>(a, row, v, x, RES ? rs[v] : x, ss);
+      add_square<T, VEC, RES>(a, row, v, x, RES ? rs[v] : x, ss, e.stores());
       if (RES)
         xs[v] = x;
     }
@@ -491,24 +608,27 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, staged_min_ctas(NORM)) fwd_s
     st = Stats{0.f, rsqrtf(ss * a.inv_n + a.eps)};
   }
   if (threadIdx.x == 0)
-    put_stats<NORM>(a, row, st);
+    put_stats<NORM>(a, row, st, e.stores());
   const Affine<T, VEC, 1, NORM> wt(a, 0, 0, nvec, false);
-  P *y = row_packs<T, VEC>(a.y, row, a.sy);
+  auto *y = row_packs<typename Epi<T, OUT>::O, VEC>(a.y, row, a.sy);
 #pragma unroll 2
   for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
     float f[VEC];
     values<NORM>(xs[v], st, f);
-    store_y<true, NORM>(a, y, v, f, st, wt, 0);
+    store_y<true, NORM>(a, e, y, row, v, f, st, wt, 0);
   }
+  e.commit();
 }
 
 /* LOOP: rows wider than registers hold. The CTA loops over the row twice (LayerNorm: three
  * times, its statistics taking two passes), re-reading x (or h from res_out) and the weight,
- * mostly from L1 or L2. */
-template <typename T, int VEC, Norm NORM>
-__global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a)
+ * mostly from L1 or L2. Current scaling's amax pass stores no h: it forms h again from x and
+ * the residual. */
+template <typename T, int VEC, Norm NORM, Out OUT>
+__global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a, FwdOut o)
 {
   pdl_begin(a.pdl);
+  Epi<T, OUT> e(o);
   const int nvec = a.N / VEC;
   const Affine<T, VEC, 1, NORM> wt(a, 0, 0, nvec, false);
   __shared__ float red[2][32];
@@ -525,7 +645,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a)
       for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
         Pack<T, VEC> xv = load<T, VEC, false>(a.x, row, a.sx, v);
         if (a.res)
-          add_square<T, VEC, true>(a, row, v, xv, load<T, VEC>(a.res, row, a.sres, v), ss);
+          add_square<T, VEC, true>(a, row, v, xv, load<T, VEC>(a.res, row, a.sres, v), ss, e.stores());
         else
           add_square<T, VEC, false>(a, row, v, xv, xv, ss);
       }
@@ -533,49 +653,69 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a)
       st = Stats{0.f, rsqrtf(ss * a.inv_n + a.eps)};
     }
     if (threadIdx.x == 0)
-      put_stats<NORM>(a, row, st);
-    Pack<T, VEC> *y = row_packs<T, VEC>(a.y, row, a.sy);
+      put_stats<NORM>(a, row, st, e.stores());
+    auto *y = row_packs<typename Epi<T, OUT>::O, VEC>(a.y, row, a.sy);
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+      Pack<T, VEC> h;
+      if (a.res && !e.stores()) {
+        float unused = 0.f;
+        h = load<T, VEC>(a.x, row, a.sx, v);
+        add_square<T, VEC, true>(a, row, v, h, load<T, VEC>(a.res, row, a.sres, v), unused, false);
+      } else {
+        h = load<T, VEC>(src, row, src_stride, v);
+      }
       float f[VEC];
-      values<NORM>(load<T, VEC>(src, row, src_stride, v), st, f);
-      store_y<true, NORM>(a, y, v, f, st, wt, 0);
+      values<NORM>(h, st, f);
+      store_y<true, NORM>(a, e, y, row, v, f, st, wt, 0);
     }
   }
+  e.commit();
 }
 
 } // namespace
 
 /* RES picks add_rmsnorm's kernels, which exist for RMSNorm only; the early weight and the
- * reload are RMSNorm's too. */
-template <typename T, int VEC, Norm NORM, bool RES> const void *fwd_kernel_of(const FwdKernel &key)
+ * reload are RMSNorm's PLAIN output's (the host asks Hold::X for the others). */
+template <typename T, int VEC, Norm NORM, bool RES, Out OUT> const void *fwd_kernel_of(const FwdKernel &key)
 {
   if constexpr (RES && NORM == Norm::LN) {
     return NULL;
   } else {
     if (key.rows == Rows::LOOP)
-      return (const void *)fwd_loop<T, VEC, NORM>; /* the residual is a runtime pointer there */
+      return (const void *)fwd_loop<T, VEC, NORM, OUT>; /* the residual is a runtime pointer there */
     if (key.rows == Rows::STAGED)
-      return (const void *)fwd_staged<T, VEC, NORM, RES>;
+      return (const void *)fwd_staged<T, VEC, NORM, RES, OUT>;
     const void *kp = NULL;
     with_items(key.items, [&](auto I) {
       constexpr int IT = decltype(I)::value;
       if (key.rows == Rows::STRIDE)
-        kp = (const void *)fwd_stride<T, VEC, IT, NORM, RES>;
-      else if constexpr (RES || NORM == Norm::LN)
-        kp = (const void *)fwd_one<T, VEC, IT, NORM, RES, false>;
+        kp = (const void *)fwd_stride<T, VEC, IT, NORM, RES, OUT>;
+      else if constexpr (RES || NORM == Norm::LN || OUT != Out::PLAIN)
+        kp = (const void *)fwd_one<T, VEC, IT, NORM, RES, false, OUT>;
       else
         kp = key.hold == Hold::RELOAD    ? (const void *)fwd_reload<T, VEC, IT>
-             : key.hold == Hold::EARLY_W ? (const void *)fwd_one<T, VEC, IT, NORM, false, true>
-                                         : (const void *)fwd_one<T, VEC, IT, NORM, false, false>;
+             : key.hold == Hold::EARLY_W ? (const void *)fwd_one<T, VEC, IT, NORM, false, true, OUT>
+                                         : (const void *)fwd_one<T, VEC, IT, NORM, false, false, OUT>;
       return 0;
     });
     return kp;
   }
 }
 
+template <typename T, int VEC, Norm NORM, Out OUT> const void *fwd_kernel_out(const FwdKernel &key)
+{
+  return key.res ? fwd_kernel_of<T, VEC, NORM, true, OUT>(key) : fwd_kernel_of<T, VEC, NORM, false, OUT>(key);
+}
+
 template <typename T, int VEC, Norm NORM> const void *fwd_kernel(const FwdKernel &key)
 {
-  return key.res ? fwd_kernel_of<T, VEC, NORM, true>(key) : fwd_kernel_of<T, VEC, NORM, false>(key);
+  switch (key.out) {
+  case Out::PLAIN: return fwd_kernel_out<T, VEC, NORM, Out::PLAIN>(key);
+  case Out::SAME: return fwd_kernel_out<T, VEC, NORM, Out::SAME>(key);
+  case Out::E4M3: return fwd_kernel_out<T, VEC, NORM, Out::E4M3>(key);
+  case Out::E5M2: return fwd_kernel_out<T, VEC, NORM, Out::E5M2>(key);
+  }
+  return NULL;
 }
 
 template const void *fwd_kernel<NLK_INSTANCE_T, NLK_INSTANCE_VEC, NLK_INSTANCE_NORM>(const FwdKernel &);
@@ -594,9 +734,16 @@ struct FwdPlan {
   const void *kernel;
 };
 
+/* y's output kind: fp8, x's dtype with the strided yt (the core hands a kernel yt only for
+ * the ways its line offers: strided), or x's dtype alone. */
+Out out_of(const nlk_norm *k)
+{
+  return k->ydt == NLK_F8E4M3 ? Out::E4M3 : k->ydt == NLK_F8E5M2 ? Out::E5M2 : k->yt ? Out::SAME : Out::PLAIN;
+}
+
 Hold hold_of(const nlk_norm *k)
 {
-  if (k->res || norm_of(k) == Norm::LN)
+  if (k->res || norm_of(k) == Norm::LN || out_of(k) != Out::PLAIN)
     return Hold::X;
   if (k->fwd.reload_min_n > 0 && k->N >= k->fwd.reload_min_n)
     return Hold::RELOAD;
@@ -614,7 +761,7 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
   p->smem = 0;
   switch (rows) {
   case Rows::STRIDE:
-    p->stages = fit_stages(k, k->N, elt, FWD_PIPE_LIMITS, want, k->fwd.stages, streams, 0, &p->c);
+    p->stages = fit_stages(k, k->N, elt, pipe_limits(out_of(k)), want, k->fwd.stages, streams, 0, &p->c);
     if (!p->stages)
       return false;
     p->smem = (size_t)p->stages * streams * p->c.items * p->c.block * p->c.vec * elt;
@@ -639,7 +786,7 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
     if (!p->c.items)
       return false;
   }
-  const FwdKernel key{rows, p->c.items, hold_of(k), k->res != NULL};
+  const FwdKernel key{rows, p->c.items, hold_of(k), k->res != NULL, out_of(k)};
   p->kernel = with_norm(k, [&](auto N) {
     return with_vec<T>(p->c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
   });
@@ -649,7 +796,9 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
 /* Plans the first of `cands` that fits and launches it: one-row mappings take a CTA per row
  * group, STRIDE and LOOP as many CTAs as the GPU holds at once (or the settings' count per
  * SM: the looping kernel re-reads each row in its second pass, from L2 while the rows in
- * flight fit it, so fewer CTAs than fit can be faster), STAGED a CTA per row. */
+ * flight fit it, so fewer CTAs than fit can be faster), STAGED a CTA per row. An fp8 y: amax
+ * cleared first; current scaling launches the kernel twice, for amax (storing nothing), then
+ * for y with the scale from it (the inputs read twice: extra_bytes). */
 template <typename T>
 int run(nlk_norm *k, const Candidates &cands)
 {
@@ -673,10 +822,27 @@ int run(nlk_norm *k, const Candidates &cands)
             .wf32 = k->wdt == NLK_F32, .bf32 = k->bdt == NLK_F32, .pdl = k->pdl != 0,
             .pair = !ln && k->cast == NLK_CAST_LLAMA && k->w && k->wdt == k->dt && k->offset == 0.f,
             .offset = k->offset, .eps = k->eps, .inv_n = 1.f / (float)k->N};
+  const bool fp8 = nlk_is_fp8(k->ydt), current = fp8 && k->scaling == NLK_SCALING_CURRENT;
+  FwdOut o{.scale = fp8 ? k->scale : NULL, .amax = fp8 ? k->amax : NULL, .yt = k->yt, .syt = k->syt,
+           .pass = PASS_DELAYED};
   k->grid = (int32_t)grid;
   k->block = p.c.block;
   k->kernel = p.kernel;
-  void *args[] = {&a};
+  void *args[] = {&a, &o};
+  if (o.amax) {
+    const cudaError_t e = cudaMemsetAsync(o.amax, 0, sizeof(float), (cudaStream_t)k->stream);
+    if (e != cudaSuccess)
+      return cuda_result(k, e);
+  }
+  if (current) {
+    o.pass = PASS_AMAX;
+    const int rc = launch_norm(k, p.kernel, grid, p.c.block, p.smem, args);
+    if (rc != NLK_OK)
+      return rc;
+    o.pass = PASS_Y;
+    k->current_passes = 2;
+    k->extra_bytes = k->M * k->N * (int64_t)sizeof(T) * (k->res ? 2 : 1);
+  }
   return launch_norm(k, p.kernel, grid, p.c.block, p.smem, args);
 }
 
