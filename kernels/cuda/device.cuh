@@ -212,35 +212,46 @@ template <typename V> __device__ __forceinline__ V group_sum(V v, int width)
   return v;
 }
 
-/* Sum over a group of G threads (a power of two) that share a row; every thread of the
- * group gets the same sum. G <= 32: shuffles only. Larger groups add their warps' sums
- * through shared memory with one __syncthreads, so every thread of the CTA must call it
- * the same number of times: each lane reads one of its group's warp sums and a butterfly
- * adds them (a constant cost where a loop over 16 or 32 slots was not). Warp sums alternate
- * between two slots, so slot p is rewritten only after every warp has passed the barrier of
- * the next call. Butterfly partners add the same two values, so every thread of a group
- * gets a bit-identical sum. */
+/* Sum over a group of G threads that share a row (a power of two, or a multiple of 32 that
+ * is the whole CTA: a CTA per row sized to the row, not rounded up to a power of two); every
+ * thread of the group gets the same sum. G <= 32: shuffles only. Larger groups add their
+ * warps' sums through shared memory with one __syncthreads, so every thread of the CTA must
+ * call it the same number of times: each lane reads one of its group's warp sums (zero past
+ * the last warp) and a butterfly over the warps rounded up to a power of two adds them (a
+ * constant cost where a loop over 16 or 32 slots was not). Warp sums alternate between two
+ * slots, so slot p is rewritten only after every warp has passed the barrier of the next
+ * call. Butterfly partners add the same two values, so every thread of a group gets a
+ * bit-identical sum. */
 template <typename V> __device__ __forceinline__ V group_reduce(V v, int G, V (*red)[32], int &parity)
 {
   if (G <= 32)
     return group_sum(v, G);
-  const int warps = G >> 5, first = (threadIdx.x & ~(G - 1)) >> 5;
+  const int warps = G >> 5, width = 1 << (32 - __clz(warps - 1));
+  const int first = G == (int)blockDim.x ? 0 : (threadIdx.x & ~(G - 1)) >> 5;
   v = group_sum(v, 32);
   if ((threadIdx.x & 31) == 0)
     red[parity][threadIdx.x >> 5] = v;
   __syncthreads();
-  v = group_sum(red[parity][first + (threadIdx.x & (warps - 1))], warps);
+  const int l = threadIdx.x & (width - 1);
+  v = group_sum(l < warps ? red[parity][first + l] : V{}, width);
   parity ^= 1;
   return v;
 }
 
-/* A CTA's threads in groups of G (a power of two) that share a row: the thread's lane in its
- * group, its group's index in the CTA and the groups per CTA, by shifts (a division by a
- * runtime G costs some twenty instructions before the first load can issue). */
+/* A CTA's threads in groups of G that share a row (a power of two, or the whole CTA): the
+ * thread's lane in its group, its group's index in the CTA and the groups per CTA, by shifts
+ * (a division by a runtime G costs some twenty instructions before the first load can
+ * issue). */
 struct Group {
   int G, lane, idx, per_cta;
   __device__ __forceinline__ explicit Group(int G_) : G(G_)
   {
+    if (G_ == (int)blockDim.x) {
+      lane = threadIdx.x;
+      idx = 0;
+      per_cta = 1;
+      return;
+    }
     const int shift = __ffs(G_) - 1;
     lane = threadIdx.x & (G_ - 1);
     idx = threadIdx.x >> shift;
