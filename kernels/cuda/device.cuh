@@ -226,14 +226,17 @@ template <typename V> __device__ __forceinline__ V group_reduce(V v, int G, V (*
 {
   if (G <= 32)
     return group_sum(v, G);
-  const int warps = G >> 5, width = 1 << (32 - __clz(warps - 1));
-  const int first = G == (int)blockDim.x ? 0 : (threadIdx.x & ~(G - 1)) >> 5;
+  const int warps = G >> 5;
   v = group_sum(v, 32);
   if ((threadIdx.x & 31) == 0)
     red[parity][threadIdx.x >> 5] = v;
   __syncthreads();
-  const int l = threadIdx.x & (width - 1);
-  v = group_sum(l < warps ? red[parity][first + l] : V{}, width);
+  if (warps & (warps - 1)) { /* the whole CTA, of a warp count that is not a power of two */
+    const int width = 1 << (32 - __clz(warps - 1)), l = threadIdx.x & (width - 1);
+    v = group_sum(l < warps ? red[parity][l] : V{}, width);
+  } else {
+    v = group_sum(red[parity][((threadIdx.x & ~(G - 1)) >> 5) + (threadIdx.x & (warps - 1))], warps);
+  }
   parity ^= 1;
   return v;
 }
