@@ -221,8 +221,10 @@ template <typename V> __device__ __forceinline__ V group_sum(V v, int width)
  * constant cost where a loop over 16 or 32 slots was not). Warp sums alternate between two
  * slots, so slot p is rewritten only after every warp has passed the barrier of the next
  * call. Butterfly partners add the same two values, so every thread of a group gets a
- * bit-identical sum. */
-template <typename V> __device__ __forceinline__ V group_reduce(V v, int G, V (*red)[32], int &parity)
+ * bit-identical sum. ANY_CTA false: power-of-two groups only (the grid-stride kernels), where
+ * the padded path's registers made ptxas spill. */
+template <bool ANY_CTA = true, typename V>
+__device__ __forceinline__ V group_reduce(V v, int G, V (*red)[32], int &parity)
 {
   if (G <= 32)
     return group_sum(v, G);
@@ -231,7 +233,7 @@ template <typename V> __device__ __forceinline__ V group_reduce(V v, int G, V (*
   if ((threadIdx.x & 31) == 0)
     red[parity][threadIdx.x >> 5] = v;
   __syncthreads();
-  if (warps & (warps - 1)) { /* the whole CTA, of a warp count that is not a power of two */
+  if (ANY_CTA && (warps & (warps - 1))) { /* the whole CTA, of a warp count not a power of two */
     const int width = 1 << (32 - __clz(warps - 1)), l = threadIdx.x & (width - 1);
     v = group_sum(l < warps ? red[parity][l] : V{}, width);
   } else {
@@ -244,12 +246,12 @@ template <typename V> __device__ __forceinline__ V group_reduce(V v, int G, V (*
 /* A CTA's threads in groups of G that share a row (a power of two, or the whole CTA): the
  * thread's lane in its group, its group's index in the CTA and the groups per CTA, by shifts
  * (a division by a runtime G costs some twenty instructions before the first load can
- * issue). */
+ * issue). any_cta false: a power of two (the grid-stride kernels). */
 struct Group {
   int G, lane, idx, per_cta;
-  __device__ __forceinline__ explicit Group(int G_) : G(G_)
+  __device__ __forceinline__ explicit Group(int G_, bool any_cta = true) : G(G_)
   {
-    if (G_ == (int)blockDim.x) {
+    if (any_cta && G_ == (int)blockDim.x) {
       lane = threadIdx.x;
       idx = 0;
       per_cta = 1;

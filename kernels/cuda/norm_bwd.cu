@@ -563,7 +563,7 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE, NORM)(ITEMS)) bwd_str
   const int64_t unit = blockIdx.x / C, units = gridDim.x / C;
   if constexpr (CL == ROW_SHARE)
     shift_cols<T>(a, (int64_t)(blockIdx.x % C) * ncols);
-  const Group g(a.group);
+  const Group g(a.group, false);
   const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = ncols / VEC, S = a.stages;
   extern __shared__ __align__(16) float dyn[];
   __shared__ Sum red[2][32];
@@ -605,7 +605,7 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE, NORM)(ITEMS)) bwd_str
     copy_commit();
   };
   auto reduce = [&](Sum s) {
-    s = group_reduce(s, G, red, parity);
+    s = group_reduce<false>(s, G, red, parity);
     if constexpr (CL == ROW_SHARE) {
       s = cluster_row_sum(s, ex, uses & 1, grp, lane, C, (uses >> 1) & 1);
       uses++;

@@ -520,7 +520,7 @@ __global__ void __launch_bounds__(pipe_limits(OUT)(ITEMS), pipe_limits(OUT).ctas
   pdl_begin(a.pdl);
   Epi<T, OUT> e(o);
   using P = Pack<T, VEC>;
-  const Group g(a.group);
+  const Group g(a.group, false);
   const int G = g.G, grp = g.idx, lane = g.lane, nvec = a.N / VEC, S = a.stages;
   const int64_t step = (int64_t)gridDim.x * g.per_cta;
   extern __shared__ __align__(16) float dyn[];
