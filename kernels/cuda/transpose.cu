@@ -148,29 +148,52 @@ template <int E> __device__ __forceinline__ uint4 column_chunk(const unsigned (&
   return c;
 }
 
-/* tiled: one CTA per tile (tiles of rows past 65535 CTAs in y: a stride). Load: each thread
- * takes 16-byte chunks of the tile's rows (VI elements of x), LOAD_BATCH of them issued before
- * any is used, converts them (amax on the way),
- * writes the cast copy y from registers and the tile to shared memory. Transposing read: a
- * thread takes one word column of V rows (RB row blocks of a warp side by side, so a warp's
- * stores are RB x 16 contiguous bytes of 32 / RB yt rows), permutes bytes into 4 / E chunks
- * of V elements and stores each as one 16-byte store to its yt row. Rows past M and columns
- * past N are neither loaded nor stored (their tile slots hold stale data no store reads).
- * Limits: tile_m >= V and tile_n x E >= 16 (supports); a barrier between the two phases and
+/* The 16-byte yt chunk q (of 4 / sizeof(TS)) of V tile words, one per row: the tile elements
+ * at position q of every word, in row order, cast to TO. The same bits: a register transpose
+ * by byte permutes (column_chunk); a cast: element by element. */
+template <typename TS, Cast C, int V>
+__device__ __forceinline__ uint4 column_out(const unsigned (&w)[V], int q, float scale)
+{
+  using TO = OutT<TS, C>;
+  static_assert(V * sizeof(TO) == 16, "a yt chunk is 16 bytes");
+  if constexpr (C == Cast::COPY) {
+    return column_chunk<sizeof(TS)>(w, q);
+  } else {
+    Pack<TO, V> o;
+#pragma unroll
+    for (int k = 0; k < V; k++)
+      o.v[k] = cast<TS, C>(reinterpret_cast<const TS *>(&w[k])[q], scale);
+    return *reinterpret_cast<const uint4 *>(&o);
+  }
+}
+
+/* tiled: one CTA per tile_m x tile_n tile (tiles of rows past 65535 CTAs in y: a stride).
+ * Load, STAGE (16-byte aligned pointers and strides): every 16-byte chunk of the thread's
+ * share of the tile goes global -> shared by cp.async, all in flight at once and holding no
+ * registers; the tile keeps x's elements, and the thread then reads its own chunks back for
+ * amax and the row-major cast copy y. Otherwise (element by element) the thread loads
+ * LOAD_BATCH chunks into registers, converts them and stores the tile in TO. Transposing
+ * read: a thread takes one word column of V rows (V: yt elements per 16-byte chunk; RB row
+ * blocks of a warp side by side, so a warp's stores are RB x 16 contiguous bytes of 32 / RB
+ * yt rows), casts the 4 / sizeof(tile element) columns of the words into as many chunks and
+ * stores each with one 16-byte store to its yt row. Rows past M and columns past N are
+ * neither loaded nor stored (their tile slots hold stale data no store reads). Limits:
+ * tile_m >= V and tile_n x sizeof(TI) >= 16 (supports); a barrier between the two phases and
  * one before the next tile's loads (the tile is reused). */
-template <typename TI, Cast C, bool DIRECT>
+template <typename TI, Cast C, bool STAGE>
 __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
 {
   using TO = OutT<TI, C>;
-  constexpr int E = sizeof(TO), VI = 16 / sizeof(TI), V = 16 / E, W = 4 / E;
+  using TS = std::conditional_t<STAGE, TI, TO>; /* the tile's elements */
+  constexpr int E = sizeof(TO), ES = sizeof(TS), VI = 16 / sizeof(TI), V = 16 / E, W = 4 / ES;
+  constexpr int LV = V == 16 ? 4 : V == 8 ? 3 : 2, LVI = VI == 16 ? 4 : VI == 8 ? 3 : 2;
   extern __shared__ __align__(16) unsigned char tile[];
   __shared__ unsigned red[32];
   const float scale = pass_scale<C>(a);
-  constexpr int LV = V == 16 ? 4 : V == 8 ? 3 : 2, LVI = VI == 16 ? 4 : VI == 8 ? 3 : 2;
   const int ltm = __ffs(a.tile_m) - 1, ltn = __ffs(a.tile_n) - 1;
   const int lnrb = ltm - LV; /* row blocks per tile: tile_m / V */
   Tile t;
-  t.lpw = ltn + (E == 4 ? 0 : E == 2 ? -1 : -2);
+  t.lpw = ltn + (ES == 4 ? 0 : ES == 2 ? -1 : -2);
   t.lrb = lnrb < 3 ? lnrb : 3;
   t.lcw = 5 - t.lrb;
   const int lcpr = ltn - LVI; /* 16-byte chunks of x per tile row */
@@ -178,19 +201,22 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
   const int tiles_m = (a.M + a.tile_m - 1) >> ltm;
   const int j0 = blockIdx.x << ltn;
   unsigned am = 0;
+  /* chunk c of the tile: its row r, its first column col, and its slot */
+  auto slot = [&](int r, int col) {
+    const int word = (col * ES / 4) ^ t.swz(r, LV);
+    return reinterpret_cast<Pack<TS, VI> *>(tile + ((size_t)r << (t.lpw + 2)) + (size_t)word * 4);
+  };
 
   for (int tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
     const int i0 = tm << ltm;
-    if constexpr (DIRECT) {
-      /* every full chunk of the thread's share in flight at once, straight into the tile */
+    if constexpr (STAGE) {
       for (int c = threadIdx.x; c < loads; c += TR_THREADS) {
         const int r = c >> lcpr, col = (c & ((1 << lcpr) - 1)) << LVI;
         const int64_t i = (int64_t)i0 + r;
         const int j = j0 + col;
         if (i >= a.M || j >= a.N)
           continue;
-        const int word = (col * E / 4) ^ t.swz(r, LV);
-        auto *dst = reinterpret_cast<Pack<TI, VI> *>(tile + ((size_t)r << (t.lpw + 2)) + (size_t)word * 4);
+        Pack<TI, VI> *dst = slot(r, col);
         if (j + VI <= a.N) {
           copy_async(dst, row_packs<TI, VI>(const_cast<void *>(a.x), i, a.sx) + j / VI);
         } else {
@@ -203,40 +229,25 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
       }
       copy_commit();
       copy_wait(0);
-    }
-    for (int c0 = DIRECT ? loads : threadIdx.x; c0 < loads; c0 += TR_THREADS * LOAD_BATCH) {
-      Pack<TI, VI> in[LOAD_BATCH];
+      /* amax and y from the thread's own chunks (its copies are visible to it) */
+      if (a.track || a.y) {
+        for (int c = threadIdx.x; c < loads; c += TR_THREADS) {
+          const int r = c >> lcpr, col = (c & ((1 << lcpr) - 1)) << LVI;
+          const int64_t i = (int64_t)i0 + r;
+          const int j = j0 + col;
+          if (i >= a.M || j >= a.N)
+            continue;
+          const Pack<TI, VI> in = *slot(r, col);
+          Pack<TO, VI> out;
 #pragma unroll
-      for (int b = 0; b < LOAD_BATCH; b++) {
-        const int c = c0 + b * TR_THREADS, r = c >> lcpr, j = j0 + ((c & ((1 << lcpr) - 1)) << LVI);
-        const int64_t i = (int64_t)i0 + r;
-        if (c >= loads || i >= a.M || j >= a.N)
-          continue;
-        if (a.vec && j + VI <= a.N) {
-          in[b] = load<TI, VI>(a.x, i, a.sx, j / VI);
-        } else {
-#pragma unroll
-          for (int e = 0; e < VI; e++)
-            in[b].v[e] = j + e < a.N ? static_cast<const TI *>(a.x)[i * a.sx + j + e] : TI{};
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < LOAD_BATCH; b++) {
-        const int c = c0 + b * TR_THREADS, r = c >> lcpr, col = (c & ((1 << lcpr) - 1)) << LVI;
-        const int64_t i = (int64_t)i0 + r;
-        const int j = j0 + col;
-        if (c >= loads || i >= a.M || j >= a.N)
-          continue;
-        const bool full = a.vec && j + VI <= a.N;
-        Pack<TO, VI> out;
-#pragma unroll
-        for (int e = 0; e < VI; e++) {
-          if (a.track && j + e < a.N)
-            am = max(am, abs_of(in[b].v[e]));
-          out.v[e] = cast<TI, C>(in[b].v[e], scale);
-        }
-        if (a.y) {
-          if (full) {
+          for (int e = 0; e < VI; e++) {
+            if (a.track && j + e < a.N)
+              am = max(am, abs_of(in.v[e]));
+            out.v[e] = cast<TI, C>(in.v[e], scale);
+          }
+          if (!a.y)
+            continue;
+          if (j + VI <= a.N) {
             store<TO, VI, true>(a.y, i, a.sy, j / VI, out);
           } else {
 #pragma unroll
@@ -245,8 +256,42 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
                 static_cast<TO *>(a.y)[i * a.sy + j + e] = out.v[e];
           }
         }
-        const int word = (col * E / 4) ^ t.swz(r, LV);
-        *reinterpret_cast<Pack<TO, VI> *>(tile + ((size_t)r << (t.lpw + 2)) + (size_t)word * 4) = out;
+      }
+    } else {
+      for (int c0 = threadIdx.x; c0 < loads; c0 += TR_THREADS * LOAD_BATCH) {
+        Pack<TI, VI> in[LOAD_BATCH];
+#pragma unroll
+        for (int b = 0; b < LOAD_BATCH; b++) {
+          const int c = c0 + b * TR_THREADS, r = c >> lcpr, j = j0 + ((c & ((1 << lcpr) - 1)) << LVI);
+          const int64_t i = (int64_t)i0 + r;
+          if (c >= loads || i >= a.M || j >= a.N)
+            continue;
+#pragma unroll
+          for (int e = 0; e < VI; e++)
+            in[b].v[e] = j + e < a.N ? static_cast<const TI *>(a.x)[i * a.sx + j + e] : TI{};
+        }
+#pragma unroll
+        for (int b = 0; b < LOAD_BATCH; b++) {
+          const int c = c0 + b * TR_THREADS, r = c >> lcpr, col = (c & ((1 << lcpr) - 1)) << LVI;
+          const int64_t i = (int64_t)i0 + r;
+          const int j = j0 + col;
+          if (c >= loads || i >= a.M || j >= a.N)
+            continue;
+          Pack<TO, VI> out;
+#pragma unroll
+          for (int e = 0; e < VI; e++) {
+            if (a.track && j + e < a.N)
+              am = max(am, abs_of(in[b].v[e]));
+            out.v[e] = cast<TI, C>(in[b].v[e], scale);
+          }
+          if (a.y) {
+#pragma unroll
+            for (int e = 0; e < VI; e++)
+              if (j + e < a.N)
+                static_cast<TO *>(a.y)[i * a.sy + j + e] = out.v[e];
+          }
+          *slot(r, col) = out;
+        }
       }
     }
     __syncthreads();
@@ -262,13 +307,13 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
 #pragma unroll
       for (int k = 0; k < V; k++)
         w[k] = reinterpret_cast<const unsigned *>(tile)[((size_t)(r0 + k) << t.lpw) + word];
-      const bool full = a.vec && i + V <= a.M;
+      const bool full = STAGE && i + V <= a.M;
 #pragma unroll
       for (int q = 0; q < W; q++) {
         const int j = jc + q;
         if (j >= a.N)
           break;
-        const uint4 chunk = column_chunk<E>(w, q);
+        const uint4 chunk = column_out<TS, STAGE ? C : Cast::COPY, V>(w, q, scale);
         TO *row = static_cast<TO *>(a.yt) + (int64_t)j * a.syt + i;
         if (full) {
           __stcs(reinterpret_cast<uint4 *>(row), chunk);
@@ -415,10 +460,11 @@ int launch_naive(nlk_norm *k)
   });
 }
 
-/* The tiled kernel's shared memory: the tile of output elements. */
-size_t tile_bytes(const nlk_norm *k)
+/* The tiled kernel's shared memory: the tile of x's elements (staged through cp.async), or of
+ * the output's (element by element). */
+size_t tile_bytes(const nlk_norm *k, bool stage)
 {
-  return (size_t)k->tr.tile_m * k->tr.tile_n * nlk_dtype_size(k->ydt);
+  return (size_t)k->tr.tile_m * k->tr.tile_n * nlk_dtype_size(stage ? k->dt : k->ydt);
 }
 
 int launch_tiled(nlk_norm *k)
@@ -431,10 +477,8 @@ int launch_tiled(nlk_norm *k)
       return rc;
     return with_cast(cast_of(k), [&](auto c) {
       constexpr Cast CV = decltype(c)::value;
-      const bool direct = CV == Cast::COPY && a.vec && !a.y && !a.track;
-      const void *kern = direct ? (const void *)tr_tiled<TI, CV, CV == Cast::COPY>
-                                : (const void *)tr_tiled<TI, CV, false>;
-      const size_t smem = tile_bytes(k);
+      const void *kern = a.vec ? (const void *)tr_tiled<TI, CV, true> : (const void *)tr_tiled<TI, CV, false>;
+      const size_t smem = tile_bytes(k, a.vec);
       /* the largest carveout: the tiles, not the L1, bound the CTAs per SM */
       cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared);
@@ -487,9 +531,10 @@ int tiled_supports(const nlk_norm *k, char *why, size_t cap)
              16 / eo);
     return NLK_ERR_UNSUPPORTED;
   }
-  if ((int64_t)tile_bytes(k) > k->smem_optin - 1024) {
+  const size_t bytes = tile_bytes(k, ei > eo);
+  if ((int64_t)bytes > k->smem_optin - 1024) {
     snprintf(why, cap, "the tile %d x %d of %s (%zu bytes) does not fit a CTA's shared memory "
-             "(%lld bytes)", tm, tn, nlk_dtype_name(k->ydt), tile_bytes(k),
+             "(%lld bytes)", tm, tn, nlk_dtype_name(ei > eo ? k->dt : k->ydt), bytes,
              (long long)(k->smem_optin - 1024));
     return NLK_ERR_UNSUPPORTED;
   }
