@@ -559,24 +559,39 @@ template <typename O> __device__ __forceinline__ O to_fp8(float v, float scale)
   return from_f<O>(mul_rn(v, scale));
 }
 
+/* max(a, |b|) with NaN winning (max.NaN, sm_80+): one instruction where the bits' unsigned
+ * max takes two; |v| >= 0 and NaN's canonical bits (0x7fffffff) order as abs_bits does. */
+__device__ __forceinline__ float max_abs_nan(float a, float b)
+{
+#if __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(fabsf(b)));
+  return r;
+#else
+  return __uint_as_float(max(__float_as_uint(a), __float_as_uint(b) & 0x7fffffffu));
+#endif
+}
+
 /* VEC fp32 values scaled into a pack of fp8 type O, two per conversion (cvt's x2 form on
- * sm_89+), |v| (before scaling) folded into amax: a norm's fp8 epilogue. */
+ * sm_89+, stored as one 16-bit pair), |v| (before scaling) folded into amax once per pack: a
+ * norm's fp8 epilogue. Per element this is a multiply, a max and half a conversion (the
+ * byte-by-byte form doubled the plain forward's instructions: ncu, 32768 x 4096). */
 template <typename O, int VEC>
 __device__ __forceinline__ Pack<O, VEC> to_fp8_pack(const float (&v)[VEC], float scale, unsigned &amax)
 {
   constexpr __nv_fp8_interpretation_t kind = std::is_same<O, __nv_fp8_e4m3>::value ? __NV_E4M3 : __NV_E5M2;
   Pack<O, VEC> p;
+  float m = 0.f;
 #pragma unroll
   for (int j = 0; j < VEC; j++)
-    amax = max(amax, __float_as_uint(v[j]) & 0x7fffffffu);
+    m = max_abs_nan(m, v[j]);
+  amax = max(amax, __float_as_uint(m));
   if constexpr (VEC % 2 == 0) {
+    __nv_fp8x2_storage_t *two = reinterpret_cast<__nv_fp8x2_storage_t *>(&p);
 #pragma unroll
-    for (int j = 0; j < VEC; j += 2) {
-      const __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(
-          make_float2(mul_rn(v[j], scale), mul_rn(v[j + 1], scale)), __NV_SATFINITE, kind);
-      p.v[j].__x = (__nv_fp8_storage_t)(two & 0xffu);
-      p.v[j + 1].__x = (__nv_fp8_storage_t)(two >> 8);
-    }
+    for (int j = 0; j < VEC; j += 2)
+      two[j / 2] = __nv_cvt_float2_to_fp8x2(make_float2(mul_rn(v[j], scale), mul_rn(v[j + 1], scale)),
+                                           __NV_SATFINITE, kind);
   } else {
 #pragma unroll
     for (int j = 0; j < VEC; j++)

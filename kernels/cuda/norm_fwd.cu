@@ -65,8 +65,13 @@ struct FwdOut {
 
 /* What a kernel writes y as (its OUT parameter): x's dtype and nothing else (PLAIN: the
  * kernels as they were before fp8, which take no register for the rest), x's dtype with a
- * strided yt (SAME), or fp8 (E4M3, E5M2) scaled, with amax and optionally a strided yt. */
-enum class Out : int8_t { PLAIN, SAME, E4M3, E5M2 };
+ * strided yt (SAME), fp8 scaled with amax (E4M3, E5M2), and fp8 with a strided yt (E4M3_T,
+ * E5M2_T: the yt stores' row index and stride held across the epilogue took the fp8 row
+ * kernel from 39 to 56 registers, two resident CTAs fewer per SM, where no yt was asked). */
+enum class Out : int8_t { PLAIN, SAME, E4M3, E5M2, E4M3_T, E5M2_T };
+__host__ __device__ constexpr bool out_fp8(Out o) { return o != Out::PLAIN && o != Out::SAME; }
+__host__ __device__ constexpr bool out_e4m3(Out o) { return o == Out::E4M3 || o == Out::E4M3_T; }
+__host__ __device__ constexpr bool out_yt(Out o) { return o == Out::SAME || o == Out::E4M3_T || o == Out::E5M2_T; }
 
 /* What a one-row kernel's thread holds across the reduction: its packs of x, the weight read
  * after the reduction from L1 (X); x and the weight loaded with it (EARLY_W); nothing, x read
@@ -134,9 +139,8 @@ struct Stats {
  * may be the residual that the y pass reads again. yt: each element again at
  * yt[col * syt + row], a sector per element (the strided baseline). */
 template <typename T, Out OUT> struct Epi {
-  static constexpr bool fp8 = OUT == Out::E4M3 || OUT == Out::E5M2;
-  using O = std::conditional_t<OUT == Out::E4M3, __nv_fp8_e4m3,
-                               std::conditional_t<OUT == Out::E5M2, __nv_fp8_e5m2, T>>;
+  static constexpr bool fp8 = out_fp8(OUT);
+  using O = std::conditional_t<!fp8, T, std::conditional_t<out_e4m3(OUT), __nv_fp8_e4m3, __nv_fp8_e5m2>>;
   const FwdOut &o;
   float scale = 1.f;
   unsigned amax = 0;
@@ -145,7 +149,7 @@ template <typename T, Out OUT> struct Epi {
   {
     if constexpr (fp8) {
       if (o.pass == PASS_Y) {
-        scale = scale_from_amax(*o.amax, fp8_max<OUT == Out::E4M3 ? NLK_F8E4M3 : NLK_F8E5M2>());
+        scale = scale_from_amax(*o.amax, fp8_max<out_e4m3(OUT) ? NLK_F8E4M3 : NLK_F8E5M2>());
         if (o.scale && blockIdx.x == 0 && threadIdx.x == 0)
           *o.scale = scale;
       } else if (o.pass == PASS_DELAYED && o.scale) {
@@ -176,7 +180,7 @@ template <typename T, Out OUT> struct Epi {
     if (!stores())
       return;
     store_pack<STREAM>(y + v, p);
-    if constexpr (OUT != Out::PLAIN) {
+    if constexpr (out_yt(OUT)) {
       if (o.yt) {
         O *t = static_cast<O *>(o.yt) + row;
 #pragma unroll
@@ -714,6 +718,8 @@ template <typename T, int VEC, Norm NORM> const void *fwd_kernel(const FwdKernel
   case Out::SAME: return fwd_kernel_out<T, VEC, NORM, Out::SAME>(key);
   case Out::E4M3: return fwd_kernel_out<T, VEC, NORM, Out::E4M3>(key);
   case Out::E5M2: return fwd_kernel_out<T, VEC, NORM, Out::E5M2>(key);
+  case Out::E4M3_T: return fwd_kernel_out<T, VEC, NORM, Out::E4M3_T>(key);
+  case Out::E5M2_T: return fwd_kernel_out<T, VEC, NORM, Out::E5M2_T>(key);
   }
   return NULL;
 }
@@ -738,7 +744,11 @@ struct FwdPlan {
  * the ways its line offers: strided), or x's dtype alone. */
 Out out_of(const nlk_norm *k)
 {
-  return k->ydt == NLK_F8E4M3 ? Out::E4M3 : k->ydt == NLK_F8E5M2 ? Out::E5M2 : k->yt ? Out::SAME : Out::PLAIN;
+  if (k->ydt == NLK_F8E4M3)
+    return k->yt ? Out::E4M3_T : Out::E4M3;
+  if (k->ydt == NLK_F8E5M2)
+    return k->yt ? Out::E5M2_T : Out::E5M2;
+  return k->yt ? Out::SAME : Out::PLAIN;
 }
 
 Hold hold_of(const nlk_norm *k)
