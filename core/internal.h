@@ -31,7 +31,8 @@ typedef struct nl_knobs {
     int64_t persistent_min_m, persistent_min_n;
   } rms_fwd;
   struct {
-    int64_t blockrow_max_n, blockrow_max_m, partials_min_m, persistent_min_m, fp32_partials_max_n;
+    int64_t blockrow_max_n, blockrow_max_m, narrow_max_n, narrow_max_m, partials_min_m, row_max_n;
+    int64_t persistent_min_m, fp32_partials_max_n;
   } rms_bwd;
   /* the kernels' tuning, copied into nlk_norm */
   nlk_fwd_tune fwd;

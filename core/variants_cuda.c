@@ -47,18 +47,21 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
   return "row";
 }
 
-/* auto backward: row below partials_min_m rows (a CTA per row: few rows leave the grid-wide
- * strategies idle), then blockrow up to blockrow_max_n columns and blockrow_max_m rows, then
- * persistent from persistent_min_m rows (partials for fp32 rows up to fp32_partials_max_n:
- * fp32 favours partials' contiguous row chunks over persistent's grid stride, 16-bit rows do
- * not), partials below; a requested reduction steers it to a variant that has one (temp: row; atomic:
- * not partials). */
+/* auto backward: row below partials_min_m rows up to row_max_n columns (a CTA per row: few
+ * rows leave the grid-wide strategies idle, but row's M x N fp32 temp and column pass cost
+ * more than that on wide rows), then blockrow up to blockrow_max_n columns and blockrow_max_m
+ * rows or up to narrow_max_n columns and narrow_max_m rows, then persistent from
+ * persistent_min_m rows (partials for fp32 rows up to fp32_partials_max_n: fp32 favours
+ * partials' contiguous row chunks over persistent's grid stride, 16-bit rows do not),
+ * partials below; a requested reduction steers it to a variant that has one (temp: row;
+ * atomic: not partials). */
 static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
 {
   const int atomic = k->reduce == NLK_REDUCE_ATOMIC;
-  if (k->reduce == NLK_REDUCE_TEMP || k->M < kn->rms_bwd.partials_min_m)
+  if (k->reduce == NLK_REDUCE_TEMP || (k->M < kn->rms_bwd.partials_min_m && k->N <= kn->rms_bwd.row_max_n))
     return "row";
-  if (k->N <= kn->rms_bwd.blockrow_max_n && k->M <= kn->rms_bwd.blockrow_max_m &&
+  if (((k->N <= kn->rms_bwd.blockrow_max_n && k->M <= kn->rms_bwd.blockrow_max_m) ||
+       (k->N <= kn->rms_bwd.narrow_max_n && k->M <= kn->rms_bwd.narrow_max_m)) &&
       nl__fits(NL_CUDA, NL_BWD, "blockrow", k))
     return "blockrow";
   if (k->M >= kn->rms_bwd.persistent_min_m)
@@ -122,8 +125,10 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "CTAs striding over rows, next rows in flight through cp.async, dW in registers, rows "     \
       "over rmsnorm.bwd.share_n shared by a cluster (sm_90); partials reduced after a grid "      \
       "barrier in the same kernel (rmsnorm.bwd.fused_reduce) or by the reduce kernel", LIMITS),   \
-  BWD(O, OP, "auto", 0, 0, auto_bwd, "row below rmsnorm.bwd.partials_min_m rows, blockrow for N " \
-      "<= rmsnorm.bwd.blockrow_max_n and M <= rmsnorm.bwd.blockrow_max_m, then "                  \
+  BWD(O, OP, "auto", 0, 0, auto_bwd, "row below rmsnorm.bwd.partials_min_m rows up to "          \
+      "rmsnorm.bwd.row_max_n columns, blockrow for N <= rmsnorm.bwd.blockrow_max_n and M <= "     \
+      "rmsnorm.bwd.blockrow_max_m (or N <= rmsnorm.bwd.narrow_max_n and M <= "                    \
+      "rmsnorm.bwd.narrow_max_m), then "                                                          \
       "persistent from rmsnorm.bwd.persistent_min_m rows (fp32: partials up to "                  \
       "rmsnorm.bwd.fp32_partials_max_n), partials below; a "                                      \
       "requested reduction steers it to a variant that has one", AUTO_LIMITS)

@@ -654,7 +654,7 @@ describe("CUDA ops #cuda", function()
     free(x, y, xw, yw)
   end)
 
-  it_cuda("auto backward: fp32 partials up to fp32_partials_max_n, reductions steer it", function()
+  it_cuda("auto backward: row_max_n, blockrow and narrow bands, fp32 partials up to fp32_partials_max_n, reductions steer it", function()
     local function pick(M, N, dtype, reduce)
       local dy, x = cuda:empty({M, N}, dtype), cuda:empty({M, N}, dtype)
       local rstd, dx = cuda:empty({M}, "fp32"), cuda:empty({M, N}, dtype)
@@ -677,11 +677,25 @@ describe("CUDA ops #cuda", function()
     end)
     -- blockrow up to blockrow_max_n columns and blockrow_max_m rows
     with_settings({["rmsnorm.bwd.blockrow_max_n"] = 256, ["rmsnorm.bwd.blockrow_max_m"] = 64,
-      ["rmsnorm.bwd.persistent_min_m"] = 64, ["rmsnorm.bwd.partials_min_m"] = 16}, function()
+      ["rmsnorm.bwd.persistent_min_m"] = 64, ["rmsnorm.bwd.partials_min_m"] = 16,
+      ["rmsnorm.bwd.narrow_max_n"] = 0}, function()
       assert.are.equal("rmsnorm.bwd.row", pick(15, 256, "bf16"))
       assert.are.equal("rmsnorm.bwd.blockrow", pick(64, 256, "bf16"))
       assert.are.equal("rmsnorm.bwd.persistent", pick(65, 256, "bf16"))
       assert.are.equal("rmsnorm.bwd.persistent", pick(64, 512, "bf16"))
+      -- and up to narrow_max_n columns for at most narrow_max_m rows
+      with_settings({["rmsnorm.bwd.narrow_max_n"] = 512, ["rmsnorm.bwd.narrow_max_m"] = 64}, function()
+        assert.are.equal("rmsnorm.bwd.blockrow", pick(64, 512, "bf16"))
+        assert.are.equal("rmsnorm.bwd.persistent", pick(65, 512, "bf16"))
+        assert.are.equal("rmsnorm.bwd.persistent", pick(64, 768, "bf16"))
+      end)
+    end)
+    -- few rows take row only up to row_max_n columns, partials beyond
+    with_settings({["rmsnorm.bwd.partials_min_m"] = 16, ["rmsnorm.bwd.row_max_n"] = 1024,
+      ["rmsnorm.bwd.persistent_min_m"] = 64}, function()
+      assert.are.equal("rmsnorm.bwd.row", pick(15, 1024, "bf16"))
+      assert.are.equal("rmsnorm.bwd.partials", pick(15, 2048, "bf16"))
+      assert.are.equal("rmsnorm.bwd.row", pick(15, 2048, "bf16", "temp"))
     end)
   end)
 
