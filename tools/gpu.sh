@@ -97,7 +97,10 @@ for step in $steps; do
       STEP_TIMEOUT=${PEERS_TIMEOUT:-1200} run peers "${peers[@]}" --M 4096 --N 1024..16384 \
         --json "$OUT/peers.json" --markdown "$OUT/peers.md"
       STEP_TIMEOUT=${PEERS_TIMEOUT:-1200} run peers_large "${peers[@]}" --M 32768 --N 4096,8192 \
-        --json "$OUT/peers_large.json" --markdown "$OUT/peers_large.md" ;;
+        --json "$OUT/peers_large.json" --markdown "$OUT/peers_large.md"
+      # fp8_sweep's anchors: torch's norm -> fp8, transposed copies and cast-transpose
+      STEP_TIMEOUT=${PEERS_TIMEOUT:-1200} run fp8_peers python3 tools/fp8_peers.py ${roof:+--roofline "$roof"} \
+        --M 4096,32768 --N 1024..16384 --json "$OUT/fp8_peers.json" --markdown "$OUT/fp8_peers.md" ;;
     *) echo "unknown step $step"; status=1 ;;
   esac
 done
