@@ -391,6 +391,32 @@ describe("CUDA ops #cuda", function()
       {"fp32", "x", "none"}, {"llama", "gemma", "none"})
   end)
 
+  -- Small hidden sizes (rows of a warp or less: several rows share a warp, the whole-warp CTA
+  -- of row for N that is not a power of two): every variant and pass, each dtype, weight kind
+  -- and casting mode, rmsnorm and add_rmsnorm, at the row counts of issue 18.
+  local SMALL_NS = {1, 2, 7, 31, 32, 33, 63, 64, 65, 96, 127, 128, 192, 255, 256, 384, 511, 512,
+    768, 1023, 1024}
+  it_cuda("small hidden sizes: every variant, dtype, weight kind and casting mode, N 1 .. 1024", function()
+    local list = {}
+    for _, M in ipairs({1, 7, 4099, 65537}) do
+      for _, N in ipairs(SMALL_NS) do
+        if M * N <= 2 ^ 22 or N <= 64 then list[#list + 1] = {M, N} end
+      end
+    end
+    for _, op in ipairs({"rmsnorm", "add_rmsnorm"}) do
+      for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
+        for _, s in ipairs(list) do
+          local p = problem(s[1], s[2], dtype, {add = op == "add_rmsnorm"})
+          reference(p)
+          check_all(p)
+          release(p)
+        end
+      end
+    end
+    local few = {{65537, 64}, {4099, 33}, {7, 96}, {37, 384}, {199, 768}, {1, 1023}}
+    check_weight_grid({"bf16", "fp16", "fp32"}, few, {"fp32", "x", "none"}, {"llama", "gemma", "none"})
+  end)
+
   it_cuda("the weight loaded with x in the one-row forward kernels (early_weight_max_n)", function()
     with_settings({["rmsnorm.fwd.early_weight_max_n"] = 2 ^ 24}, function()
       check_weight_grid({"bf16", "fp16", "fp32"}, {{37, 1024}, {199, 4096}, {4099, 512}, {7, 1023}},
