@@ -140,8 +140,8 @@ const nl_variant nl__cuda_variants[] = {
   TRANSPOSE("naive", NULL, "one element per thread, a 32 x 8 block per 32 x 32 tile: reads along "
             "x's rows, writes strided along yt's columns (the baseline)", TR_LIMITS),
   TRANSPOSE("tiled", NULL, "transpose.tile_m x transpose.tile_n tiles through shared memory "
-            "(XOR-swizzled: no bank conflicts), 16-byte loads along x's rows and 16-byte "
-            "stores along yt's, cast and amax on the way", TR_LIMITS),
+            "(XOR-swizzled: no bank conflicts), 16-byte cp.async copies along x's rows and "
+            "16-byte stores along yt's, cast and amax on the way", TR_LIMITS),
   TRANSPOSE("auto", auto_transpose, "tiled", AUTO_LIMITS),
 };
 

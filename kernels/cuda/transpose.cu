@@ -8,8 +8,10 @@
  *   naive  one element per thread: a warp reads 32 consecutive elements of an x row
  *          (coalesced) and writes them 32 yt rows apart (a sector per element): the baseline.
  *   tiled  a CTA moves a transpose.tile_m x transpose.tile_n tile through shared memory:
- *          16-byte loads along x's rows, 16-byte stores along yt's rows, the tile XOR-swizzled
- *          so that neither side has bank conflicts (from 128 bytes of output per tile row).
+ *          16-byte cp.async copies along x's rows (the whole tile in flight, no registers
+ *          held), 16-byte stores along yt's rows, the tile XOR-swizzled so that neither side
+ *          has bank conflicts (from 128 bytes of a tile row); unaligned launches go element
+ *          by element through registers.
  * Elements: out of the same dtype without a scale, the bits are copied (COPY); into fp8 each
  * is satfinite(rne(x * scale)) of the fp32 product (device.cuh's to_fp8: the CPU's bits).
  * Current scaling: an amax pass over x first, then the cast pass computes the scale from it
