@@ -403,15 +403,8 @@ describe("CUDA ops #cuda", function()
         if M * N <= 2 ^ 22 or N <= 64 then list[#list + 1] = {M, N} end
       end
     end
-    for _, op in ipairs({"rmsnorm", "add_rmsnorm"}) do
-      for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
-        for _, s in ipairs(list) do
-          local p = problem(s[1], s[2], dtype, {add = op == "add_rmsnorm"})
-          reference(p)
-          check_all(p)
-          release(p)
-        end
-      end
+    for _, add in ipairs({false, true}) do
+      check_weight_grid({"bf16", "fp16", "fp32"}, list, {"fp32"}, {"llama"}, function() return add end)
     end
     local few = {{65537, 64}, {4099, 33}, {7, 96}, {37, 384}, {199, 768}, {1, 1023}}
     check_weight_grid({"bf16", "fp16", "fp32"}, few, {"fp32", "x", "none"}, {"llama", "gemma", "none"})
