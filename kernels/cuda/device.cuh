@@ -520,24 +520,17 @@ __device__ __forceinline__ void cluster_wait()
 /* fp8 elements as types: Pack<__nv_fp8_e4m3, 16> is 16 of them; to_f is exact, from_f
  * saturates to the largest finite value (infinities included) and keeps NaN, rounding to
  * nearest even: cvt.rn.satfinite on sm_89 and later, the header's exact emulation before. */
-template <> struct Dt<__nv_fp8_e4m3> {
-  static __device__ __forceinline__ float to_f(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
-  static __device__ __forceinline__ __nv_fp8_e4m3 from_f(float v)
+template <typename O, __nv_fp8_interpretation_t KIND> struct Fp8Dt {
+  static __device__ __forceinline__ float to_f(O v) { return static_cast<float>(v); }
+  static __device__ __forceinline__ O from_f(float v)
   {
-    __nv_fp8_e4m3 r;
-    r.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+    O r;
+    r.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, KIND);
     return r;
   }
 };
-template <> struct Dt<__nv_fp8_e5m2> {
-  static __device__ __forceinline__ float to_f(__nv_fp8_e5m2 v) { return static_cast<float>(v); }
-  static __device__ __forceinline__ __nv_fp8_e5m2 from_f(float v)
-  {
-    __nv_fp8_e5m2 r;
-    r.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2);
-    return r;
-  }
-};
+template <> struct Dt<__nv_fp8_e4m3> : Fp8Dt<__nv_fp8_e4m3, __NV_E4M3> {};
+template <> struct Dt<__nv_fp8_e5m2> : Fp8Dt<__nv_fp8_e5m2, __NV_E5M2> {};
 
 /* The fp8 type of an nlk dtype (NLK_F8E4M3, NLK_F8E5M2), and its largest finite value. */
 template <int DT> using Fp8 = std::conditional_t<DT == NLK_F8E4M3, __nv_fp8_e4m3, __nv_fp8_e5m2>;

@@ -58,9 +58,9 @@ template <int CAP> struct Memo {
 
 Memo<512> occupancy_memo, cluster_memo;
 
-/* Shared memory granted per (device, kernel): the attribute only grows, so a request up to
- * what was granted needs no call. */
-struct Grant { int device; const void *kernel; size_t bytes; };
+/* Shared memory granted per (device, kernel), and whether the carveout was set to its
+ * maximum: the attributes only grow, so a request within a grant needs no call. */
+struct Grant { int device; const void *kernel; size_t bytes; bool carveout; };
 Grant grants[512];
 int granted;
 
@@ -81,18 +81,24 @@ int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block, size_t
 }
 
 /* Static arrays take at most 1 KB in these kernels, hence the margin below 48 KB. */
-cudaError_t allow_smem(const nlk_norm *k, const void *kernel, size_t bytes)
+cudaError_t allow_smem(const nlk_norm *k, const void *kernel, size_t bytes, bool max_carveout)
 {
-  if (bytes + 1024 <= 48 * 1024)
+  const bool big = bytes + 1024 > 48 * 1024;
+  if (!big && !max_carveout)
     return cudaSuccess;
   for (int i = 0; i < granted; i++)
-    if (grants[i].device == k->device && grants[i].kernel == kernel && grants[i].bytes >= bytes)
+    if (grants[i].device == k->device && grants[i].kernel == kernel &&
+        (!big || grants[i].bytes >= bytes) && (!max_carveout || grants[i].carveout))
       return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+  cudaError_t e = big ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)
+                      : cudaSuccess;
+  if (e == cudaSuccess && max_carveout)
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess)
     cudaGetLastError();
   else if (granted < 512)
-    grants[granted++] = Grant{k->device, kernel, bytes};
+    grants[granted++] = Grant{k->device, kernel, bytes, max_carveout};
   return e;
 }
 

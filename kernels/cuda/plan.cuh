@@ -318,9 +318,10 @@ __host__ inline int cuda_result(nlk_norm *k, cudaError_t e)
 int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block, size_t smem, void **args,
                 unsigned grid_y = 1, int cluster = 1);
 
-/* Lets a kernel take more than the default 48 KB of dynamic shared memory on k's device (once
- * per device, kernel and size; the attribute only grows). */
-cudaError_t allow_smem(const nlk_norm *k, const void *kernel, size_t bytes);
+/* Lets a kernel take more than the default 48 KB of dynamic shared memory on k's device and,
+ * with max_carveout, prefer the largest shared-memory carveout (once per device, kernel and
+ * size; the attributes only grow). */
+cudaError_t allow_smem(const nlk_norm *k, const void *kernel, size_t bytes, bool max_carveout = false);
 
 /* Resident CTAs per SM of a kernel at a block size and dynamic shared memory (at least 1). */
 int occupancy(const nlk_norm *k, const void *kernel, int block, size_t smem);

@@ -441,24 +441,35 @@ template <typename TI> int amax_pass(nlk_norm *k, TrArgs &a)
   return cuda_result(k, cudaGetLastError());
 }
 
-int launch_naive(nlk_norm *k)
+/* Calls f(a, TI{}, Cast constant) for x's dtype and the cast, after clearing amax and, under
+ * current scaling, its pass: what both launchers share. */
+template <typename F> int with_pass(nlk_norm *k, F &&f)
 {
   TrArgs a = tr_args(k);
   return with_tr_dtype(k->dt, [&](auto ti) {
-    using TI = decltype(ti);
-    int rc = amax_pass<TI>(k, a);
+    const int rc = amax_pass<decltype(ti)>(k, a);
     if (rc != NLK_OK)
       return rc;
-    return with_cast(cast_of(k), [&](auto c) {
-      const void *kern = (const void *)tr_naive<TI, decltype(c)::value>;
-      const int64_t rows = (k->M + NAIVE_ROWS - 1) / NAIVE_ROWS;
-      const dim3 grid((unsigned)((k->N + 31) / 32), (unsigned)(rows < 65535 ? rows : 65535));
-      tr_naive<TI, decltype(c)::value><<<grid, TR_THREADS, 0, (cudaStream_t)k->stream>>>(a);
-      k->grid = (int32_t)(grid.x * grid.y);
-      k->block = TR_THREADS;
-      k->kernel = kern;
-      return cuda_result(k, cudaGetLastError());
-    });
+    return with_cast(cast_of(k), [&](auto c) { return f(a, ti, c); });
+  });
+}
+
+/* Launches a transpose kernel of TR_THREADS threads and records it in run info. */
+int launch_tr(nlk_norm *k, const void *kern, dim3 grid, size_t smem, TrArgs &a)
+{
+  void *args[] = {&a};
+  k->grid = (int32_t)(grid.x * grid.y);
+  k->block = TR_THREADS;
+  k->kernel = kern;
+  return cuda_result(k, cudaLaunchKernel(kern, grid, TR_THREADS, args, smem, (cudaStream_t)k->stream));
+}
+
+int launch_naive(nlk_norm *k)
+{
+  return with_pass(k, [&](TrArgs &a, auto ti, auto c) {
+    const int64_t rows = (k->M + NAIVE_ROWS - 1) / NAIVE_ROWS;
+    const dim3 grid((unsigned)((k->N + 31) / 32), (unsigned)(rows < 65535 ? rows : 65535));
+    return launch_tr(k, (const void *)tr_naive<decltype(ti), decltype(c)::value>, grid, 0, a);
   });
 }
 
@@ -471,35 +482,19 @@ size_t tile_bytes(const nlk_norm *k, bool stage)
 
 int launch_tiled(nlk_norm *k)
 {
-  TrArgs a = tr_args(k);
-  return with_tr_dtype(k->dt, [&](auto ti) {
+  return with_pass(k, [&](TrArgs &a, auto ti, auto c) {
     using TI = decltype(ti);
-    int rc = amax_pass<TI>(k, a);
-    if (rc != NLK_OK)
-      return rc;
-    return with_cast(cast_of(k), [&](auto c) {
-      constexpr Cast CV = decltype(c)::value;
-      const void *kern = a.vec ? (const void *)tr_tiled<TI, CV, true> : (const void *)tr_tiled<TI, CV, false>;
-      const size_t smem = tile_bytes(k, a.vec);
-      /* the largest carveout: the tiles, not the L1, bound the CTAs per SM */
-      cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           cudaSharedmemCarveoutMaxShared);
-      if (e == cudaSuccess)
-        e = allow_smem(k, kern, smem);
-      if (e != cudaSuccess)
-        return cuda_result(k, e);
-      const int64_t tiles_m = (k->M + a.tile_m - 1) / a.tile_m;
-      const dim3 grid((unsigned)((k->N + a.tile_n - 1) / a.tile_n),
-                      (unsigned)(tiles_m < 65535 ? tiles_m : 65535));
-      void *args[] = {&a};
-      e = cudaLaunchKernel(kern, grid, TR_THREADS, args, smem, (cudaStream_t)k->stream);
-      if (e != cudaSuccess)
-        return cuda_result(k, e);
-      k->grid = (int32_t)(grid.x * grid.y);
-      k->block = TR_THREADS;
-      k->kernel = kern;
-      return cuda_result(k, cudaGetLastError());
-    });
+    constexpr Cast C = decltype(c)::value;
+    const void *kern = a.vec ? (const void *)tr_tiled<TI, C, true> : (const void *)tr_tiled<TI, C, false>;
+    const size_t smem = tile_bytes(k, a.vec);
+    /* the largest carveout: the tiles, not the L1, bound the CTAs per SM */
+    const cudaError_t e = allow_smem(k, kern, smem, true);
+    if (e != cudaSuccess)
+      return cuda_result(k, e);
+    const int64_t tiles_m = (k->M + a.tile_m - 1) / a.tile_m;
+    const dim3 grid((unsigned)((k->N + a.tile_n - 1) / a.tile_n),
+                    (unsigned)(tiles_m < 65535 ? tiles_m : 65535));
+    return launch_tr(k, kern, grid, smem, a);
   });
 }
 
