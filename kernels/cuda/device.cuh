@@ -305,6 +305,14 @@ __device__ __forceinline__ Pack<T, VEC> pack_of(const float (&f)[VEC])
   return p;
 }
 
+/* Every value of f rounded to T in place (round_to<T> of each): 16-bit pairs by one packed
+ * conversion, nothing for fp32. */
+template <typename T, int VEC> __device__ __forceinline__ void round_pack(float (&f)[VEC])
+{
+  if constexpr (!std::is_same<T, float>::value)
+    unpack(pack_of<T>(f), f);
+}
+
 /* The VEC weights of pack v as fp32 (`absent` when there is no weight: 1 for a weight, 0 for
  * a bias), in 16-byte loads through the read-only path: every row re-reads the same columns,
  * so they stay in L1. */
@@ -552,39 +560,59 @@ template <typename O> __device__ __forceinline__ O to_fp8(float v, float scale)
   return from_f<O>(mul_rn(v, scale));
 }
 
-/* max(a, |b|) with NaN winning (max.NaN, sm_80+): one instruction where the bits' unsigned
- * max takes two; |v| >= 0 and NaN's canonical bits (0x7fffffff) order as abs_bits does. */
+/* max(a, |b|) with NaN winning (max.NaN, sm_80+): one FMNMX.NAN with b's absolute value as
+ * an operand modifier (taken outside the asm, fabsf costs an FADD of its own); |v| >= 0 and
+ * NaN's canonical bits (0x7fffffff) order above inf, as amax_commit takes them. */
 __device__ __forceinline__ float max_abs_nan(float a, float b)
 {
 #if __CUDA_ARCH__ >= 800
   float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(fabsf(b)));
+  asm("{ .reg .f32 t; abs.f32 t, %2; max.NaN.f32 %0, %1, t; }" : "=f"(r) : "f"(a), "f"(b));
   return r;
 #else
   return __uint_as_float(max(__float_as_uint(a), __float_as_uint(b) & 0x7fffffffu));
 #endif
 }
 
-/* VEC fp32 values scaled into a pack of fp8 type O, two per conversion (cvt's x2 form on
- * sm_89+, stored as one 16-bit pair), |v| (before scaling) folded into amax once per pack: a
- * norm's fp8 epilogue. Per element this is a multiply, a max and half a conversion (the
- * byte-by-byte form doubled the plain forward's instructions: ncu, 32768 x 4096). */
+/* Four fp32 values (already scaled) as four fp8 of kind KIND in one 32-bit word, a first:
+ * two cvt.rn.satfinite x2 conversions that merge into the word (sm_89+; F2FP ... MERGE_C),
+ * where each 16-bit pair stored on its own took three byte moves more. */
+template <__nv_fp8_interpretation_t KIND>
+__device__ __forceinline__ unsigned fp8x4(float a, float b, float c, float d)
+{
+#if __CUDA_ARCH__ >= 890
+  unsigned r;
+  if constexpr (KIND == __NV_E4M3)
+    asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1; cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;"
+        " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
+  else
+    asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e5m2x2.f32 lo, %2, %1; cvt.rn.satfinite.e5m2x2.f32 hi, %4, %3;"
+        " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
+  return r;
+#else
+  return (unsigned)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, KIND) |
+         (unsigned)__nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, KIND) << 16;
+#endif
+}
+
+/* VEC fp32 values scaled into a pack of fp8 type O, four per 32-bit word (fp8x4), |v| (before
+ * scaling) folded into the running max amax (max_abs_nan): the fp8 epilogue of the norms and
+ * the transposes. Per element a multiply, a max and half a conversion (byte by byte, it
+ * doubled the plain forward's instructions: ncu, 32768 x 4096). */
 template <typename O, int VEC>
-__device__ __forceinline__ Pack<O, VEC> to_fp8_pack(const float (&v)[VEC], float scale, unsigned &amax)
+__device__ __forceinline__ Pack<O, VEC> to_fp8_pack(const float (&v)[VEC], float scale, float &amax)
 {
   constexpr __nv_fp8_interpretation_t kind = std::is_same<O, __nv_fp8_e4m3>::value ? __NV_E4M3 : __NV_E5M2;
   Pack<O, VEC> p;
-  float m = 0.f;
 #pragma unroll
   for (int j = 0; j < VEC; j++)
-    m = max_abs_nan(m, v[j]);
-  amax = max(amax, __float_as_uint(m));
-  if constexpr (VEC % 2 == 0) {
-    __nv_fp8x2_storage_t *two = reinterpret_cast<__nv_fp8x2_storage_t *>(&p);
+    amax = max_abs_nan(amax, v[j]);
+  if constexpr (VEC % 4 == 0) {
+    unsigned *word = reinterpret_cast<unsigned *>(&p);
 #pragma unroll
-    for (int j = 0; j < VEC; j += 2)
-      two[j / 2] = __nv_cvt_float2_to_fp8x2(make_float2(mul_rn(v[j], scale), mul_rn(v[j + 1], scale)),
-                                           __NV_SATFINITE, kind);
+    for (int j = 0; j < VEC; j += 4)
+      word[j / 4] = fp8x4<kind>(mul_rn(v[j], scale), mul_rn(v[j + 1], scale), mul_rn(v[j + 2], scale),
+                                mul_rn(v[j + 3], scale));
   } else {
 #pragma unroll
     for (int j = 0; j < VEC; j++)
@@ -593,15 +621,13 @@ __device__ __forceinline__ Pack<O, VEC> to_fp8_pack(const float (&v)[VEC], float
   return p;
 }
 
-/* |v| as the bits amax reduces: an unsigned max orders them as the values, with NaN above
- * inf (so a NaN anywhere makes amax NaN), and gives the same bits in any order. */
-__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
-
-/* A CTA's amax: the max of every thread's v, then one atomicMax on the bits of *amax (cleared
- * before the kernel; NULL: nothing). Every thread of the CTA calls it (one __syncthreads);
- * red is 32 unsigned of shared memory. */
-__device__ __forceinline__ void amax_commit(float *amax, unsigned v, unsigned *red)
+/* A CTA's amax: the max of every thread's am (max_abs_nan's), then one atomicMax on the bits
+ * of *amax (cleared before the kernel; NULL: nothing): an unsigned max of |v|'s bits orders
+ * them as the values, NaN above inf, and gives the same bits in any order. Every thread of
+ * the CTA calls it (one __syncthreads); red is 32 unsigned of shared memory. */
+__device__ __forceinline__ void amax_commit(float *amax, float am, unsigned *red)
 {
+  unsigned v = __float_as_uint(am);
   const int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int warps = (blockDim.x * blockDim.y * blockDim.z + 31) >> 5;
   for (int o = 16; o > 0; o >>= 1)

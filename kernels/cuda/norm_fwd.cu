@@ -143,7 +143,7 @@ template <typename T, Out OUT> struct Epi {
   using O = std::conditional_t<!fp8, T, std::conditional_t<out_e4m3(OUT), __nv_fp8_e4m3, __nv_fp8_e5m2>>;
   const FwdOut &o;
   float scale = 1.f;
-  unsigned amax = 0;
+  float amax = 0.f; /* max |v| so far, NaN winning (max_abs_nan) */
 
   __device__ __forceinline__ explicit Epi(const FwdOut &out) : o(out)
   {
@@ -372,9 +372,15 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
     wt.w.get(i, v, W);
 #pragma unroll
     for (int j = 0; j < VEC; j++)
-      f[j] = a.cast == NLK_CAST_GEMMA ? f[j] * st.r * W[j]
-             : a.cast == NLK_CAST_NONE ? round_to<T>(f[j] * st.r) * round_to<T>(W[j])
-                                       : round_to<T>(f[j] * st.r) * W[j];
+      f[j] *= st.r;
+    if (a.cast != NLK_CAST_GEMMA) {
+      round_pack<T>(f);
+      if (a.cast == NLK_CAST_NONE)
+        round_pack<T>(W);
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      f[j] *= W[j];
   }
   e.template put<STREAM>(y, row, v, f);
 }

@@ -56,14 +56,25 @@ struct TrArgs {
   bool track;           /* reduce |x| into *amax */
 };
 
-template <typename TI> __device__ __forceinline__ unsigned abs_of(TI v) { return abs_bits(to_f(v)); }
-
 template <typename TI, Cast C> __device__ __forceinline__ OutT<TI, C> cast(TI v, float scale)
 {
   if constexpr (C == Cast::COPY)
     return v;
   else
     return to_fp8<OutT<TI, C>>(to_f(v), scale);
+}
+
+/* A pack cast (to_fp8_pack: four conversions per word), |x| into am; a copy as it is. */
+template <typename TI, Cast C, int VI>
+__device__ __forceinline__ Pack<OutT<TI, C>, VI> cast_pack(const Pack<TI, VI> &in, float scale, float &am)
+{
+  if constexpr (C == Cast::COPY) {
+    return in;
+  } else {
+    float f[VI];
+    unpack(in, f);
+    return to_fp8_pack<OutT<TI, C>>(f, scale, am);
+  }
 }
 
 /* The scale of a cast pass: current scaling's from amax (CTA 0 writes it out), delayed's as
@@ -90,14 +101,14 @@ __global__ void __launch_bounds__(TR_THREADS) tr_naive(TrArgs a)
   __shared__ unsigned red[32];
   const float scale = pass_scale<C>(a);
   const int j = blockIdx.x * 32 + (threadIdx.x & 31);
-  unsigned am = 0;
+  float am = 0.f;
   for (int64_t i = (int64_t)blockIdx.y * NAIVE_ROWS + (threadIdx.x >> 5); i < a.M;
        i += (int64_t)gridDim.y * NAIVE_ROWS) {
     if (j >= a.N)
       continue;
     const TI v = static_cast<const TI *>(a.x)[i * a.sx + j];
     if (a.track)
-      am = max(am, abs_of(v));
+      am = max_abs_nan(am, to_f(v));
     const TO o = cast<TI, C>(v, scale);
     static_cast<TO *>(a.yt)[(int64_t)j * a.syt + i] = o;
     if (a.y)
@@ -161,10 +172,11 @@ __device__ __forceinline__ uint4 column_out(const unsigned (&w)[V], int q, float
   if constexpr (C == Cast::COPY) {
     return column_chunk<sizeof(TS)>(w, q);
   } else {
-    Pack<TO, V> o;
+    float f[V], unused = 0.f;
 #pragma unroll
     for (int k = 0; k < V; k++)
-      o.v[k] = cast<TS, C>(reinterpret_cast<const TS *>(&w[k])[q], scale);
+      f[k] = to_f(reinterpret_cast<const TS *>(&w[k])[q]);
+    const Pack<TO, V> o = to_fp8_pack<TO>(f, scale, unused);
     return *reinterpret_cast<const uint4 *>(&o);
   }
 }
@@ -202,7 +214,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
   const int loads = a.tile_m << lcpr, reads = 1 << (lnrb + t.lpw);
   const int tiles_m = (a.M + a.tile_m - 1) >> ltm;
   const int j0 = blockIdx.x << ltn;
-  unsigned am = 0;
+  float am = 0.f;
   /* chunk c of the tile: its row r, its first column col, and its slot */
   auto slot = [&](int r, int col) {
     const int word = (col * ES / 4) ^ t.swz(r, LV);
@@ -239,14 +251,8 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
           const int j = j0 + col;
           if (i >= a.M || j >= a.N)
             continue;
-          const Pack<TI, VI> in = *slot(r, col);
-          Pack<TO, VI> out;
-#pragma unroll
-          for (int e = 0; e < VI; e++) {
-            if (a.track && j + e < a.N)
-              am = max(am, abs_of(in.v[e]));
-            out.v[e] = cast<TI, C>(in.v[e], scale);
-          }
+          /* a partial chunk's elements past N are zeros: no part of amax */
+          const Pack<TO, VI> out = cast_pack<TI, C>(*slot(r, col), scale, am);
           if (!a.y)
             continue;
           if (j + VI <= a.N) {
@@ -279,13 +285,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
           const int j = j0 + col;
           if (c >= loads || i >= a.M || j >= a.N)
             continue;
-          Pack<TO, VI> out;
-#pragma unroll
-          for (int e = 0; e < VI; e++) {
-            if (a.track && j + e < a.N)
-              am = max(am, abs_of(in[b].v[e]));
-            out.v[e] = cast<TI, C>(in[b].v[e], scale);
-          }
+          const Pack<TO, VI> out = cast_pack<TI, C>(in[b], scale, am);
           if (a.y) {
 #pragma unroll
             for (int e = 0; e < VI; e++)
@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_amax(TrArgs a)
   __shared__ unsigned red[32];
   const int per = a.vec ? VI : 1;
   const int64_t nch = (a.N + per - 1) / per, total = (int64_t)a.M * nch;
-  unsigned am = 0;
+  float am = 0.f;
   for (int64_t c = (int64_t)blockIdx.x * TR_THREADS + threadIdx.x; c < total;
        c += (int64_t)gridDim.x * TR_THREADS) {
     const int64_t i = c / nch;
@@ -353,10 +353,10 @@ __global__ void __launch_bounds__(TR_THREADS) tr_amax(TrArgs a)
       const Pack<TI, VI> p = load<TI, VI>(a.x, i, a.sx, j / VI);
 #pragma unroll
       for (int e = 0; e < VI; e++)
-        am = max(am, abs_of(p.v[e]));
+        am = max_abs_nan(am, to_f(p.v[e]));
     } else {
       for (int e = 0; e < per && j + e < a.N; e++)
-        am = max(am, abs_of(static_cast<const TI *>(a.x)[i * a.sx + j + e]));
+        am = max_abs_nan(am, to_f(static_cast<const TI *>(a.x)[i * a.sx + j + e]));
     }
   }
   amax_commit(a.amax, am, red);
