@@ -35,6 +35,7 @@ enum { NLK_OK = 0, NLK_ERR_CUDA = 1, NLK_ERR_NOMEM = 2, NLK_ERR_UNSUPPORTED = 3 
  * table in core/settings.c names the field of each). */
 typedef struct nlk_fwd_tune {
   int32_t items;              /* target 16-byte packs per thread per row; 0: looping kernel */
+  int32_t fp8_items;          /* the same, at least, with an fp8 y */
   int32_t block;              /* persistent: preferred threads per CTA */
   int32_t blockrow_block;     /* blockrow: threads per CTA */
   int32_t ctas_per_sm;        /* persistent grid (0: as many as fit) */

@@ -771,7 +771,9 @@ template <typename T>
 bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
 {
   const int elt = sizeof(T), streams = k->res ? 2 : 1;
-  const Want want{k->fwd.items, k->fwd.block, k->fwd.blockrow_block};
+  const bool fp8 = out_fp8(out_of(k));
+  const int items = fp8 && k->fwd.items > 0 && k->fwd.items < k->fwd.fp8_items ? k->fwd.fp8_items : k->fwd.items;
+  const Want want{items, k->fwd.block, k->fwd.blockrow_block};
   p->rows = rows;
   p->stages = 0;
   p->smem = 0;
