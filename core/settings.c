@@ -114,7 +114,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA staged forward: 16-byte packs per thread (threads per CTA = the row's packs / this, 32 to 1024)"},
 
   {.key = "transpose.tile_m", AT(tr.tile_m, I32),
-   .def = 128, .min = 1, .max = 1024,
+   .def = 128, .min = 1, .max = 1024, .models = {{"H100", 64}},
    .doc = "tiled transposes (transpose.fwd.tiled, the external transposed copy): rows of x per tile, a power of two; the run of a yt row one tile writes"},
   {.key = "transpose.tile_n", AT(tr.tile_n, I32),
    .def = 128, .min = 1, .max = 1024,

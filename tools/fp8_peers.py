@@ -93,6 +93,7 @@ class Columns:
 
     def __init__(self, budget_s):
         self.budget_s, self.spent_s, self.compiled = budget_s, 0.0, {}
+        peers.raise_recompile_limits()
 
     def function(self, column):
         base = {"norm_fp8": norm_fp8, "norm_fp8_t": norm_fp8_t, "transpose": transpose,

@@ -480,6 +480,18 @@ class NativePeer(AutogradPeer):
         return {"mean": 4, "rstd": 4} if case.op == "layernorm" else {"rstd": 4}
 
 
+def raise_recompile_limits():
+    """torch.compile with dynamic=False keeps every shape static; these limits let each shape
+    compile its own kernels instead of running eagerly, without a word, once a function has
+    recompiled eight times (the default)."""
+    config = torch._dynamo.config
+    for names in (("recompile_limit", "cache_size_limit"),
+                  ("accumulated_recompile_limit", "accumulated_cache_size_limit")):
+        name = next((n for n in names if hasattr(config, n)), None)
+        if name:
+            setattr(config, name, 4096)
+
+
 class CompilePeer(AutogradPeer):
     """torch.compile of the eager functions. make_call runs each new call once, so that its
     compilation happens there and is charged to the budget."""
@@ -491,14 +503,7 @@ class CompilePeer(AutogradPeer):
         super().__init__()
 
     def load(self):
-        # dynamic=False keeps every shape static; the limits let each shape compile its own
-        # kernels instead of falling back to eager once a function has recompiled a few times
-        config = torch._dynamo.config
-        for names in (("recompile_limit", "cache_size_limit"),
-                      ("accumulated_recompile_limit", "accumulated_cache_size_limit")):
-            name = next((n for n in names if hasattr(config, n)), None)
-            if name:
-                setattr(config, name, 4096)
+        raise_recompile_limits()
         self.functions = {op: torch.compile(fn, dynamic=False) for op, fn in EAGER.items()}
         self.version = torch.__version__
 

@@ -205,8 +205,9 @@ for _, s in ipairs({{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {2, 70000}}) do
 end
 -- The transpose op: dense (16-byte accesses) and strided odd shapes (the element path), x of
 -- each dtype copied and cast to fp8 (y and yt, amax), current scaling (the amax pass first),
--- tiles from the smallest to the default; then a norm's external transposed copy.
-for _, tile in ipairs({{16, 16}, {128, 128}}) do
+-- tiles from the smallest to the defaults (128 x 128, the H100's 64 x 128); then a norm's
+-- external transposed copy.
+for _, tile in ipairs({{16, 16}, {64, 128}, {128, 128}}) do
   nl.set("transpose.tile_m", tile[1])
   nl.set("transpose.tile_n", tile[2])
   for _, s in ipairs({{3, 7}, {64, 256}, {37, 1029}}) do
