@@ -621,25 +621,20 @@ __device__ __forceinline__ Pack<O, VEC> to_fp8_pack(const float (&v)[VEC], float
   return p;
 }
 
-/* What *amax held when the kernel started, as bits (0 without one): amax_commit skips the
- * atomic of a CTA whose max is not above it, since *amax only grows. Loaded at the start, so
- * that its latency hides behind the kernel's work: with a CTA per row, tens of thousands of
- * atomics on the one address queue at its L2 slice. */
-__device__ __forceinline__ unsigned amax_seen(const float *amax)
-{
-  return amax ? __ldcg(reinterpret_cast<const unsigned *>(amax)) : 0u;
-}
-
 /* A CTA's amax: the max of every thread's am (max_abs_nan's), then one atomicMax on the bits
- * of *amax (cleared before the kernel; NULL: nothing) unless it is not above seen
- * (amax_seen): an unsigned max of |v|'s bits orders them as the values, NaN above inf, and
- * gives the same bits in any order. Every thread of the CTA calls it (one __syncthreads);
- * red is 32 unsigned of shared memory. */
-__device__ __forceinline__ void amax_commit(float *amax, float am, unsigned *red, unsigned seen)
+ * of *amax (cleared before the kernel; NULL: nothing) unless *amax already holds as much:
+ * thread 0 reads it as the reduction starts (its latency behind the reduction; no register
+ * held across the kernel, which pushed the staged kernels past their 32) and skips the
+ * atomic when the CTA's max is not above it, *amax only growing: with a CTA per row, tens of
+ * thousands of atomics on the one address queue at its L2 slice. An unsigned max of |v|'s
+ * bits orders them as the values, NaN above inf, and gives the same bits in any order. Every
+ * thread of the CTA calls it (one __syncthreads); red is 32 unsigned of shared memory. */
+__device__ __forceinline__ void amax_commit(float *amax, float am, unsigned *red)
 {
-  unsigned v = __float_as_uint(am);
   const int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int warps = (blockDim.x * blockDim.y * blockDim.z + 31) >> 5;
+  const unsigned seen = t == 0 && amax ? __ldcg(reinterpret_cast<const unsigned *>(amax)) : 0u;
+  unsigned v = __float_as_uint(am);
   for (int o = 16; o > 0; o >>= 1)
     v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
   if ((t & 31) == 0)

@@ -144,7 +144,6 @@ template <typename T, Out OUT> struct Epi {
   const FwdOut &o;
   float scale = 1.f;
   float amax = 0.f; /* max |v| so far, NaN winning (max_abs_nan) */
-  unsigned seen = 0; /* amax_seen, where this kernel commits to *o.amax */
 
   __device__ __forceinline__ explicit Epi(const FwdOut &out) : o(out)
   {
@@ -156,8 +155,6 @@ template <typename T, Out OUT> struct Epi {
       } else if (o.pass == PASS_DELAYED && o.scale) {
         scale = *o.scale;
       }
-      if (o.pass != PASS_Y)
-        seen = amax_seen(o.amax);
     }
   }
 
@@ -198,7 +195,7 @@ template <typename T, Out OUT> struct Epi {
     if constexpr (fp8) {
       __shared__ unsigned red[32];
       if (o.amax && o.pass != PASS_Y)
-        amax_commit(o.amax, amax, red, seen);
+        amax_commit(o.amax, amax, red);
     }
   }
 };

@@ -102,7 +102,6 @@ __global__ void __launch_bounds__(TR_THREADS) tr_naive(TrArgs a)
   const float scale = pass_scale<C>(a);
   const int j = blockIdx.x * 32 + (threadIdx.x & 31);
   float am = 0.f;
-  const unsigned seen = a.track ? amax_seen(a.amax) : 0u;
   for (int64_t i = (int64_t)blockIdx.y * NAIVE_ROWS + (threadIdx.x >> 5); i < a.M;
        i += (int64_t)gridDim.y * NAIVE_ROWS) {
     if (j >= a.N)
@@ -116,7 +115,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_naive(TrArgs a)
       static_cast<TO *>(a.y)[i * a.sy + j] = o;
   }
   if (a.track)
-    amax_commit(a.amax, am, red, seen);
+    amax_commit(a.amax, am, red);
 }
 
 /* ---- tiled ---- */
@@ -216,7 +215,6 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
   const int tiles_m = (a.M + a.tile_m - 1) >> ltm;
   const int j0 = blockIdx.x << ltn;
   float am = 0.f;
-  const unsigned seen = a.track ? amax_seen(a.amax) : 0u;
   /* chunk c of the tile: its row r, its first column col, and its slot */
   auto slot = [&](int r, int col) {
     const int word = (col * ES / 4) ^ t.swz(r, LV);
@@ -334,7 +332,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
     __syncthreads();
   }
   if (a.track)
-    amax_commit(a.amax, am, red, seen);
+    amax_commit(a.amax, am, red);
 }
 
 /* Current scaling's first pass: max |x| into *amax (cleared before), 16-byte chunks when
@@ -347,7 +345,6 @@ __global__ void __launch_bounds__(TR_THREADS) tr_amax(TrArgs a)
   const int per = a.vec ? VI : 1;
   const int64_t nch = (a.N + per - 1) / per, total = (int64_t)a.M * nch;
   float am = 0.f;
-  const unsigned seen = amax_seen(a.amax);
   for (int64_t c = (int64_t)blockIdx.x * TR_THREADS + threadIdx.x; c < total;
        c += (int64_t)gridDim.x * TR_THREADS) {
     const int64_t i = c / nch;
@@ -362,7 +359,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_amax(TrArgs a)
         am = max_abs_nan(am, to_f(static_cast<const TI *>(a.x)[i * a.sx + j + e]));
     }
   }
-  amax_commit(a.amax, am, red, seen);
+  amax_commit(a.amax, am, red);
 }
 
 /* ---- host side ---- */
