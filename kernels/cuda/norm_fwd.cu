@@ -771,6 +771,7 @@ template <typename T>
 bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
 {
   const int elt = sizeof(T), streams = k->res ? 2 : 1;
+  /* an fp8 y: at least fp8_items packs, over which its epilogue's per-thread cost spreads */
   const bool fp8 = out_fp8(out_of(k));
   const int items = fp8 && k->fwd.items > 0 && k->fwd.items < k->fwd.fp8_items ? k->fwd.fp8_items : k->fwd.items;
   const Want want{items, k->fwd.block, k->fwd.blockrow_block};
