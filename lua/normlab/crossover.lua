@@ -352,8 +352,6 @@ function Crossover:print(opts)
   return text
 end
 
-local function esc(s) return (s:gsub("|", "\\|")) end
-
 function Crossover:markdown(opts)
   opts = check_opts(opts, {path = true})
   local out = report.markdown_header(report.header(self.result, what(self)))
@@ -362,8 +360,8 @@ function Crossover:markdown(opts)
   local h, left = head(self)
   report.markdown_table(out, h, body(self), left)
   out[#out + 1] = ""
-  for _, l in ipairs(summary_lines(self)) do out[#out + 1] = "- " .. esc(l) end
-  for _, l in ipairs(notes(self)) do out[#out + 1] = "- " .. esc(l) end
+  for _, l in ipairs(summary_lines(self)) do out[#out + 1] = "- " .. fmt.markdown(l) end
+  for _, l in ipairs(notes(self)) do out[#out + 1] = "- " .. fmt.markdown(l) end
   local text = concat(out, "\n") .. "\n"
   if opts.path then report.write_file(opts.path, text) end
   return text

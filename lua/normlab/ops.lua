@@ -99,17 +99,11 @@ local function low_args(who, args)
     util.failf("%s: args must be a table, got %s", who, type(args))
   end
   local a = util.copy(args)
-  if type(a.cast) == "string" then
-    a.cast = util.choice(who, "cast", a.cast, enums.cast)
-  end
-  if type(a.reduce) == "string" then
-    a.reduce = util.choice(who, "reduce", a.reduce, enums.reduce)
-  end
-  if type(a.scaling) == "string" then
-    a.scaling = util.choice(who, "scaling", a.scaling, enums.scaling)
-  end
-  if type(a.transpose) == "string" then
-    a.transpose = util.choice(who, "transpose", a.transpose, enums.transpose)
+  -- the enum fields given by name
+  for _, k in ipairs({"cast", "reduce", "scaling", "transpose"}) do
+    if type(a[k]) == "string" then
+      a[k] = util.choice(who, k, a[k], enums[k])
+    end
   end
   return check.struct("args", "nl_norm_args", a)
 end

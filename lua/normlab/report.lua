@@ -881,7 +881,7 @@ report.markdown_table = markdown_table
 report.markdown_header = markdown_header
 report.fail_text = fail_text
 report.fmt = {int = int, num = num, percent = percent, csv = csv_field, xml = xml,
-  strategy = strategy, finite = finite}
+  markdown = esc, strategy = strategy, finite = finite}
 report.PALETTE = PALETTE
 
 return report
