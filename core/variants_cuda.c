@@ -100,7 +100,8 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
   FWD(O, OP, "row", NULL, "one CTA per row, row held in registers (RMSNorm: read twice, the "     \
       "second time from L1, from rmsnorm.fwd.reload_min_n columns)", LIMITS),                     \
   FWD(O, OP, "blockrow", NULL, "a warp or less per row, rmsnorm.fwd.blockrow_block threads per "  \
-      "CTA, shuffle reductions only", BR_LIMITS),                                                 \
+      "CTA, shuffle reductions only; packs per thread: rmsnorm.fwd.blockrow_items, or "           \
+      "blockrow_group threads per row from blockrow_group_min_m rows", BR_LIMITS),                \
   FWD(O, OP, "persistent", NULL, "grid = SMs x resident CTAs striding over rows, weight in "      \
       "registers once per CTA, the next rows in flight through cp.async (rmsnorm.fwd.stages)",    \
       LIMITS),                                                                                    \

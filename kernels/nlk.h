@@ -38,12 +38,15 @@ typedef struct nlk_fwd_tune {
   int32_t fp8_items;          /* the same, at least, with an fp8 y */
   int32_t block;              /* persistent: preferred threads per CTA */
   int32_t blockrow_block;     /* blockrow: threads per CTA */
+  int32_t blockrow_items;     /* blockrow: target packs per thread (below blockrow_group_min_m) */
+  int32_t blockrow_group;     /* blockrow: threads per row from blockrow_group_min_m rows (0: off) */
   int32_t ctas_per_sm;        /* persistent grid (0: as many as fit) */
   int32_t loop_ctas_per_sm;   /* looping kernel's grid (0: as many as fit) */
   int32_t stages;             /* persistent: rows in flight per thread, the current one included */
   int32_t staged_items;       /* staged: packs per thread */
   int64_t early_weight_max_n; /* one-row kernels: the weight loaded with x up to this N */
   int64_t reload_min_n;       /* one-row kernels: x read twice from this N (0: never) */
+  int64_t blockrow_group_min_m; /* blockrow: blockrow_group from this many rows */
 } nlk_fwd_tune;
 
 /* The tuning of the CUDA backward strategies (rmsnorm.bwd.*). */

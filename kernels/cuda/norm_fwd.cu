@@ -767,13 +767,28 @@ Hold hold_of(const nlk_norm *k)
 }
 
 /* The candidate's layout for T, and its kernel; false when it does not fit. */
+/* blockrow's packs per thread: from blockrow_group_min_m rows as many as leave each row
+ * blockrow_group threads (fewer threads shuffle less, and enough rows keep the GPU busy),
+ * blockrow_items below (a small grid wants the most threads in flight). */
+int blockrow_items(const nlk_norm *k, int elt)
+{
+  if (k->fwd.blockrow_group < 1 || k->M < k->fwd.blockrow_group_min_m)
+    return k->fwd.blockrow_items;
+  const int64_t per = k->N / pick_vec(k, k->N, elt) / k->fwd.blockrow_group;
+  int items = 1;
+  while (items < MAX_ITEMS && items * 2 <= per)
+    items *= 2;
+  return items;
+}
+
 template <typename T>
 bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
 {
   const int elt = sizeof(T), streams = k->res ? 2 : 1;
+  const int want_items = rows == Rows::WARP ? blockrow_items(k, elt) : k->fwd.items;
   /* an fp8 y: at least fp8_items packs, over which its epilogue's per-thread cost spreads */
   const bool fp8 = out_fp8(out_of(k));
-  const int items = fp8 && k->fwd.items > 0 && k->fwd.items < k->fwd.fp8_items ? k->fwd.fp8_items : k->fwd.items;
+  const int items = fp8 && want_items > 0 && want_items < k->fwd.fp8_items ? k->fwd.fp8_items : want_items;
   const Want want{items, k->fwd.block, k->fwd.blockrow_block};
   p->rows = rows;
   p->stages = 0;
@@ -816,7 +831,7 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
  * group, STRIDE and LOOP as many CTAs as the GPU holds at once (or the settings' count per
  * SM: the looping kernel re-reads each row in its second pass, from L2 while the rows in
  * flight fit it, so fewer CTAs than fit can be faster), STAGED a CTA per row. An fp8 y: amax
- * cleared first; current scaling launches the kernel twice, for amax (storing nothing), then
+ * cleared first (clear_amax); current scaling launches the kernel twice, for amax (storing nothing), then
  * for y with the scale from it (the inputs read twice: extra_bytes). */
 template <typename T>
 int run(nlk_norm *k, const Candidates &cands)
@@ -849,7 +864,7 @@ int run(nlk_norm *k, const Candidates &cands)
   k->kernel = p.kernel;
   void *args[] = {&a, &o};
   if (o.amax) {
-    const cudaError_t e = cudaMemsetAsync(o.amax, 0, sizeof(float), (cudaStream_t)k->stream);
+    const cudaError_t e = clear_amax(k);
     if (e != cudaSuccess)
       return cuda_result(k, e);
   }

@@ -318,6 +318,9 @@ __host__ inline int cuda_result(nlk_norm *k, cudaError_t e)
 int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block, size_t smem, void **args,
                 unsigned grid_y = 1, int cluster = 1);
 
+/* Zeroes an fp8 output's amax on k's stream before the kernels reduce into it. */
+cudaError_t clear_amax(const nlk_norm *k);
+
 /* Lets a kernel take more than the default 48 KB of dynamic shared memory on k's device and,
  * with max_carveout, prefer the largest shared-memory carveout (once per device, kernel and
  * size; the attributes only grow). */

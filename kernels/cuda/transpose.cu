@@ -120,24 +120,6 @@ __global__ void __launch_bounds__(TR_THREADS) tr_naive(TrArgs a)
 
 /* ---- tiled ---- */
 
-/* The tile's layout in shared memory: tile_m rows of tile_n output elements (pitch pw 32-bit
- * words), each row's words XOR-swizzled by swz(row). Every extent is a power of two and held
- * as its log2: the index arithmetic is shifts and masks (a runtime divisor costs a reciprocal
- * and a dozen instructions per use, which made the kernel issue-bound). The transposing read has a warp take
- * RB blocks of V rows (V = 16 bytes of output: one yt chunk) at CW = 32 / RB word columns; the
- * swizzle puts the RB row blocks of a word column in different banks: rb * CW, within the
- * row. A multiple of CW (>= 4 words) keeps a thread's stored chunk (up to 4 words) whole. */
-struct Tile {
-  int lpw;     /* log2 of the words per row */
-  int lrb;     /* log2 of the row blocks per warp (at most 8 blocks) */
-  int lcw;     /* log2 of the word columns per warp, 32 / rb */
-  /* the swizzle of a row of row block row >> lv (lv: log2 of V) */
-  __device__ __forceinline__ int swz(int row, int lv) const
-  {
-    return (((row >> lv) & ((1 << lrb) - 1)) << lcw) & ((1 << lpw) - 1);
-  }
-};
-
 /* The 16-byte chunk q (of 4 / E) of V words, one per row, each holding 4 / E elements: the
  * elements at position q of every word, in row order (a register transpose by byte permutes). */
 template <int E> __device__ __forceinline__ uint4 column_chunk(const unsigned (&w)[16 / E], int q)
@@ -190,10 +172,12 @@ __device__ __forceinline__ uint4 column_out(const unsigned (&w)[V], int q, float
  * read: a thread takes one word column of V rows (V: yt elements per 16-byte chunk; RB row
  * blocks of a warp side by side, so a warp's stores are RB x 16 contiguous bytes of 32 / RB
  * yt rows), casts the 4 / sizeof(tile element) columns of the words into as many chunks and
- * stores each with one 16-byte store to its yt row. Rows past M and columns past N are
- * neither loaded nor stored (their tile slots hold stale data no store reads). Limits:
- * tile_m >= V and tile_n x sizeof(TI) >= 16 (supports); a barrier between the two phases and
- * one before the next tile's loads (the tile is reused). */
+ * stores each with one 16-byte store to its yt row. (Converting once, into an fp8 tile that
+ * the read permutes, lost: docs/kernels.md.) Rows past M and columns past N are neither
+ * loaded nor stored (their tile slots hold stale data no store reads). Limits: tile_m >= V
+ * and tile_n x sizeof(TI) >= 16 (supports). Hazards: a barrier between the two phases and one
+ * before the next tile's loads (the tile is reused); the read-back reads only the thread's
+ * own cp.async copies. */
 template <typename TI, Cast C, bool STAGE>
 __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
 {
@@ -206,63 +190,75 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
   const float scale = pass_scale<C>(a);
   const int ltm = __ffs(a.tile_m) - 1, ltn = __ffs(a.tile_n) - 1;
   const int lnrb = ltm - LV; /* row blocks per tile: tile_m / V */
-  Tile t;
-  t.lpw = ltn + (ES == 4 ? 0 : ES == 2 ? -1 : -2);
-  t.lrb = lnrb < 3 ? lnrb : 3;
-  t.lcw = 5 - t.lrb;
+  const int lpw = ltn + (ES == 4 ? 0 : ES == 2 ? -1 : -2); /* log2 of the words per tile row */
+  const int lrb = lnrb < 3 ? lnrb : 3, lcw = 5 - lrb;
+  /* a row's swizzle: rows of one V row block go to one bank group (rb * CW words, within the
+   * row), so that the RB row blocks a warp reads at one word column fall in different banks */
+  auto swz = [&](int r) { return (((r >> LV) & ((1 << lrb) - 1)) << lcw) & ((1 << lpw) - 1); };
+  /* the slot of a chunk at tile row r, column col, as Pack<P, VI> (x's or the output's) */
+  auto slot = [&](auto p, int r, int col) {
+    using P = decltype(p);
+    const int word = ((col * ES) >> 2) ^ swz(r);
+    return reinterpret_cast<Pack<P, VI> *>(tile + ((size_t)r << (lpw + 2)) + (size_t)word * 4);
+  };
   const int lcpr = ltn - LVI; /* 16-byte chunks of x per tile row */
-  const int loads = a.tile_m << lcpr, reads = 1 << (lnrb + t.lpw);
+  const int loads = a.tile_m << lcpr, reads = 1 << (lnrb + lpw);
   const int tiles_m = (a.M + a.tile_m - 1) >> ltm;
   const int j0 = blockIdx.x << ltn;
   float am = 0.f;
-  /* chunk c of the tile: its row r, its first column col, and its slot */
-  auto slot = [&](int r, int col) {
-    const int word = (col * ES / 4) ^ t.swz(r, LV);
-    return reinterpret_cast<Pack<TS, VI> *>(tile + ((size_t)r << (t.lpw + 2)) + (size_t)word * 4);
+  /* chunk c of a tile at row i0: its tile row and column, its place in x, whether it is in */
+  struct Chunk { int r, col, j; int64_t i; bool in; };
+  auto chunk = [&](int c, int i0) {
+    Chunk k;
+    k.r = c >> lcpr;
+    k.col = (c & ((1 << lcpr) - 1)) << LVI;
+    k.i = (int64_t)i0 + k.r;
+    k.j = j0 + k.col;
+    k.in = c < loads && k.i < a.M && k.j < a.N;
+    return k;
+  };
+  /* a chunk element by element (the part past N: zeros, no part of amax), and y's copy of it */
+  auto load_elems = [&](const Chunk &k) {
+    Pack<TI, VI> p;
+#pragma unroll
+    for (int e = 0; e < VI; e++)
+      p.v[e] = k.j + e < a.N ? static_cast<const TI *>(a.x)[k.i * a.sx + k.j + e] : TI{};
+    return p;
+  };
+  auto store_y = [&](const Chunk &k, const Pack<TO, VI> &out, bool whole) {
+    if (whole) {
+      store<TO, VI, true>(a.y, k.i, a.sy, k.j / VI, out);
+      return;
+    }
+#pragma unroll
+    for (int e = 0; e < VI; e++)
+      if (k.j + e < a.N)
+        static_cast<TO *>(a.y)[k.i * a.sy + k.j + e] = out.v[e];
   };
 
   for (int tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
     const int i0 = tm << ltm;
     if constexpr (STAGE) {
       for (int c = threadIdx.x; c < loads; c += TR_THREADS) {
-        const int r = c >> lcpr, col = (c & ((1 << lcpr) - 1)) << LVI;
-        const int64_t i = (int64_t)i0 + r;
-        const int j = j0 + col;
-        if (i >= a.M || j >= a.N)
+        const Chunk k = chunk(c, i0);
+        if (!k.in)
           continue;
-        Pack<TI, VI> *dst = slot(r, col);
-        if (j + VI <= a.N) {
-          copy_async(dst, row_packs<TI, VI>(const_cast<void *>(a.x), i, a.sx) + j / VI);
-        } else {
-          Pack<TI, VI> p;
-#pragma unroll
-          for (int e = 0; e < VI; e++)
-            p.v[e] = j + e < a.N ? static_cast<const TI *>(a.x)[i * a.sx + j + e] : TI{};
-          *dst = p;
-        }
+        Pack<TI, VI> *dst = slot(TI{}, k.r, k.col);
+        if (k.j + VI <= a.N)
+          copy_async(dst, row_packs<TI, VI>(const_cast<void *>(a.x), k.i, a.sx) + k.j / VI);
+        else
+          *dst = load_elems(k);
       }
       copy_commit();
       copy_wait(0);
-      /* amax and y from the thread's own chunks (its copies are visible to it) */
       if (a.track || a.y) {
         for (int c = threadIdx.x; c < loads; c += TR_THREADS) {
-          const int r = c >> lcpr, col = (c & ((1 << lcpr) - 1)) << LVI;
-          const int64_t i = (int64_t)i0 + r;
-          const int j = j0 + col;
-          if (i >= a.M || j >= a.N)
+          const Chunk k = chunk(c, i0);
+          if (!k.in)
             continue;
-          /* a partial chunk's elements past N are zeros: no part of amax */
-          const Pack<TO, VI> out = cast_pack<TI, C>(*slot(r, col), scale, am);
-          if (!a.y)
-            continue;
-          if (j + VI <= a.N) {
-            store<TO, VI, true>(a.y, i, a.sy, j / VI, out);
-          } else {
-#pragma unroll
-            for (int e = 0; e < VI; e++)
-              if (j + e < a.N)
-                static_cast<TO *>(a.y)[i * a.sy + j + e] = out.v[e];
-          }
+          const Pack<TO, VI> out = cast_pack<TI, C>(*slot(TI{}, k.r, k.col), scale, am);
+          if (a.y)
+            store_y(k, out, k.j + VI <= a.N);
         }
       }
     } else {
@@ -270,58 +266,48 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
         Pack<TI, VI> in[LOAD_BATCH];
 #pragma unroll
         for (int b = 0; b < LOAD_BATCH; b++) {
-          const int c = c0 + b * TR_THREADS, r = c >> lcpr, j = j0 + ((c & ((1 << lcpr) - 1)) << LVI);
-          const int64_t i = (int64_t)i0 + r;
-          if (c >= loads || i >= a.M || j >= a.N)
-            continue;
-#pragma unroll
-          for (int e = 0; e < VI; e++)
-            in[b].v[e] = j + e < a.N ? static_cast<const TI *>(a.x)[i * a.sx + j + e] : TI{};
+          const Chunk k = chunk(c0 + b * TR_THREADS, i0);
+          if (k.in)
+            in[b] = load_elems(k);
         }
 #pragma unroll
         for (int b = 0; b < LOAD_BATCH; b++) {
-          const int c = c0 + b * TR_THREADS, r = c >> lcpr, col = (c & ((1 << lcpr) - 1)) << LVI;
-          const int64_t i = (int64_t)i0 + r;
-          const int j = j0 + col;
-          if (c >= loads || i >= a.M || j >= a.N)
+          const Chunk k = chunk(c0 + b * TR_THREADS, i0);
+          if (!k.in)
             continue;
           const Pack<TO, VI> out = cast_pack<TI, C>(in[b], scale, am);
-          if (a.y) {
-#pragma unroll
-            for (int e = 0; e < VI; e++)
-              if (j + e < a.N)
-                static_cast<TO *>(a.y)[i * a.sy + j + e] = out.v[e];
-          }
-          *slot(r, col) = out;
+          if (a.y)
+            store_y(k, out, false);
+          *slot(TO{}, k.r, k.col) = out;
         }
       }
     }
     __syncthreads();
     for (int it = threadIdx.x; it < reads; it += TR_THREADS) {
-      const int rb = ((it >> (t.lrb + t.lpw)) << t.lrb) | (it & ((1 << t.lrb) - 1));
-      const int wc = (it >> t.lrb) & ((1 << t.lpw) - 1);
+      const int rb = ((it >> (lrb + lpw)) << lrb) | (it & ((1 << lrb) - 1));
+      const int wc = (it >> lrb) & ((1 << lpw) - 1);
       const int r0 = rb * V, jc = j0 + wc * W;
       const int64_t i = (int64_t)i0 + r0;
       if (i >= a.M || jc >= a.N)
         continue;
       unsigned w[V];
-      const int word = wc ^ t.swz(r0, LV);
+      const int word = wc ^ swz(r0);
 #pragma unroll
       for (int k = 0; k < V; k++)
-        w[k] = reinterpret_cast<const unsigned *>(tile)[((size_t)(r0 + k) << t.lpw) + word];
+        w[k] = reinterpret_cast<const unsigned *>(tile)[((size_t)(r0 + k) << lpw) + word];
       const bool full = STAGE && i + V <= a.M;
 #pragma unroll
       for (int q = 0; q < W; q++) {
         const int j = jc + q;
         if (j >= a.N)
           break;
-        const uint4 chunk = column_out<TS, STAGE ? C : Cast::COPY, V>(w, q, scale);
+        const uint4 part = column_out<TS, STAGE ? C : Cast::COPY, V>(w, q, scale);
         TO *row = static_cast<TO *>(a.yt) + (int64_t)j * a.syt + i;
         if (full) {
-          __stcs(reinterpret_cast<uint4 *>(row), chunk);
+          __stcs(reinterpret_cast<uint4 *>(row), part);
         } else {
           /* unrolled, so that the chunk stays in registers */
-          const TO *e = reinterpret_cast<const TO *>(&chunk);
+          const TO *e = reinterpret_cast<const TO *>(&part);
 #pragma unroll
           for (int k = 0; k < V; k++)
             if (i + k < a.M)
@@ -429,7 +415,7 @@ template <typename TI> int amax_pass(nlk_norm *k, TrArgs &a)
   cudaStream_t s = (cudaStream_t)k->stream;
   if (!k->amax || !nlk_is_fp8(k->ydt))
     return NLK_OK;
-  cudaError_t e = cudaMemsetAsync(k->amax, 0, sizeof(float), s);
+  cudaError_t e = clear_amax(k);
   if (e != cudaSuccess || !a.current)
     return cuda_result(k, e);
   const int64_t per = a.vec ? 16 / (int)sizeof(TI) : 1;
@@ -477,7 +463,8 @@ int launch_naive(nlk_norm *k)
  * the output's (element by element). */
 size_t tile_bytes(const nlk_norm *k, bool stage)
 {
-  return (size_t)k->tr.tile_m * k->tr.tile_n * nlk_dtype_size(stage ? k->dt : k->ydt);
+  const int ei = nlk_dtype_size(k->dt), eo = nlk_dtype_size(k->ydt);
+  return (size_t)k->tr.tile_m * k->tr.tile_n * (stage ? ei : eo);
 }
 
 int launch_tiled(nlk_norm *k)
@@ -528,10 +515,10 @@ int tiled_supports(const nlk_norm *k, char *why, size_t cap)
              16 / eo);
     return NLK_ERR_UNSUPPORTED;
   }
-  const size_t bytes = tile_bytes(k, ei > eo);
+  const size_t bytes = tile_bytes(k, true); /* the larger of the two layouts */
   if ((int64_t)bytes > k->smem_optin - 1024) {
-    snprintf(why, cap, "the tile %d x %d of %s (%zu bytes) does not fit a CTA's shared memory "
-             "(%lld bytes)", tm, tn, nlk_dtype_name(ei > eo ? k->dt : k->ydt), bytes,
+    snprintf(why, cap, "the tile %d x %d for %s to %s (%zu bytes) does not fit a CTA's shared "
+             "memory (%lld bytes)", tm, tn, nlk_dtype_name(k->dt), nlk_dtype_name(k->ydt), bytes,
              (long long)(k->smem_optin - 1024));
     return NLK_ERR_UNSUPPORTED;
   }
