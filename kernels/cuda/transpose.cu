@@ -19,9 +19,9 @@
  * Accesses are 16 bytes when every base pointer and row stride allows (16-byte aligned), and
  * element by element otherwise, as the norm kernels choose their pack width.
  */
-#include "device.cuh"
 #include "nlk_cuda.h"
 #include "plan.cuh"
+#include "tile.cuh"
 
 namespace nlk {
 
@@ -33,13 +33,6 @@ namespace {
  * before it stores any of it. Capping the casting path at 64 registers (a fourth CTA per SM)
  * spills from 36 bytes (bf16) to 450 (fp8 in) on sm_90. */
 enum { TR_THREADS = 256, NAIVE_ROWS = TR_THREADS / 32, LOAD_BATCH = 4 };
-
-/* What an element becomes: the same bits, or fp8 with the scale. */
-enum class Cast { COPY, E4M3, E5M2 };
-
-template <typename TI, Cast C>
-using OutT = std::conditional_t<C == Cast::COPY, TI,
-                                std::conditional_t<C == Cast::E4M3, __nv_fp8_e4m3, __nv_fp8_e5m2>>;
 
 /* The kernels' one argument. */
 struct TrArgs {
@@ -120,89 +113,31 @@ __global__ void __launch_bounds__(TR_THREADS) tr_naive(TrArgs a)
 
 /* ---- tiled ---- */
 
-/* The 16-byte chunk q (of 4 / E) of V words, one per row, each holding 4 / E elements: the
- * elements at position q of every word, in row order (a register transpose by byte permutes). */
-template <int E> __device__ __forceinline__ uint4 column_chunk(const unsigned (&w)[16 / E], int q)
-{
-  uint4 c;
-  unsigned *o = reinterpret_cast<unsigned *>(&c);
-  if constexpr (E == 4) {
-    o[0] = w[0]; o[1] = w[1]; o[2] = w[2]; o[3] = w[3];
-  } else if constexpr (E == 2) {
-    const unsigned sel = q ? 0x7632u : 0x5410u;
-#pragma unroll
-    for (int p = 0; p < 4; p++)
-      o[p] = __byte_perm(w[2 * p], w[2 * p + 1], sel);
-  } else {
-    const unsigned sel = (unsigned)q | ((unsigned)(q + 4) << 4);  /* byte q of each word */
-#pragma unroll
-    for (int p = 0; p < 4; p++)
-      o[p] = __byte_perm(__byte_perm(w[4 * p], w[4 * p + 1], sel),
-                         __byte_perm(w[4 * p + 2], w[4 * p + 3], sel), 0x5410);
-  }
-  return c;
-}
-
-/* The 16-byte yt chunk q (of 4 / sizeof(TS)) of V tile words, one per row: the tile elements
- * at position q of every word, in row order, cast to TO. The same bits: a register transpose
- * by byte permutes (column_chunk); a cast: element by element. */
-template <typename TS, Cast C, int V>
-__device__ __forceinline__ uint4 column_out(const unsigned (&w)[V], int q, float scale)
-{
-  using TO = OutT<TS, C>;
-  static_assert(V * sizeof(TO) == 16, "a yt chunk is 16 bytes");
-  if constexpr (C == Cast::COPY) {
-    return column_chunk<sizeof(TS)>(w, q);
-  } else {
-    float f[V], unused = 0.f;
-#pragma unroll
-    for (int k = 0; k < V; k++)
-      f[k] = to_f(reinterpret_cast<const TS *>(&w[k])[q]);
-    const Pack<TO, V> o = to_fp8_pack<TO>(f, scale, unused);
-    return *reinterpret_cast<const uint4 *>(&o);
-  }
-}
-
 /* tiled: one CTA per tile_m x tile_n tile (tiles of rows past 65535 CTAs in y: a stride).
  * Load, STAGE (16-byte aligned pointers and strides): every 16-byte chunk of the thread's
  * share of the tile goes global -> shared by cp.async, all in flight at once and holding no
  * registers; the tile keeps x's elements, and the thread then reads its own chunks back for
  * amax and the row-major cast copy y. Otherwise (element by element) the thread loads
- * LOAD_BATCH chunks into registers, converts them and stores the tile in TO. Transposing
- * read: a thread takes one word column of V rows (V: yt elements per 16-byte chunk; RB row
- * blocks of a warp side by side, so a warp's stores are RB x 16 contiguous bytes of 32 / RB
- * yt rows), casts the 4 / sizeof(tile element) columns of the words into as many chunks and
- * stores each with one 16-byte store to its yt row. (Converting once, into an fp8 tile that
- * the read permutes, lost: docs/kernels.md.) Rows past M and columns past N are neither
- * loaded nor stored (their tile slots hold stale data no store reads). Limits: tile_m >= V
- * and tile_n x sizeof(TI) >= 16 (supports). Hazards: a barrier between the two phases and one
- * before the next tile's loads (the tile is reused); the read-back reads only the thread's
- * own cp.async copies. */
+ * LOAD_BATCH chunks into registers, converts them and stores the tile in TO. Then the tile's
+ * transposing read (tile.cuh), which casts the staged elements or copies the converted ones.
+ * (Converting once, into an fp8 tile that the read permutes, lost: docs/kernels.md.) Rows
+ * past M and columns past N are neither loaded nor stored (their tile slots hold stale data
+ * no store reads). Limits: tile_m >= V and tile_n x sizeof(TI) >= 16 (supports). Hazards: a
+ * barrier between the two phases and one before the next tile's loads (the tile is reused);
+ * the read-back reads only the thread's own cp.async copies. */
 template <typename TI, Cast C, bool STAGE>
 __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
 {
   using TO = OutT<TI, C>;
   using TS = std::conditional_t<STAGE, TI, TO>; /* the tile's elements */
-  constexpr int E = sizeof(TO), ES = sizeof(TS), VI = 16 / sizeof(TI), V = 16 / E, W = 4 / ES;
-  constexpr int LV = V == 16 ? 4 : V == 8 ? 3 : 2, LVI = VI == 16 ? 4 : VI == 8 ? 3 : 2;
+  constexpr int VI = 16 / sizeof(TI), LVI = VI == 16 ? 4 : VI == 8 ? 3 : 2;
   extern __shared__ __align__(16) unsigned char tile[];
   __shared__ unsigned red[32];
   const float scale = pass_scale<C>(a);
+  const Tile<TS, 16 / sizeof(TO)> t(tile, a.tile_m, a.tile_n);
   const int ltm = __ffs(a.tile_m) - 1, ltn = __ffs(a.tile_n) - 1;
-  const int lnrb = ltm - LV; /* row blocks per tile: tile_m / V */
-  const int lpw = ltn + (ES == 4 ? 0 : ES == 2 ? -1 : -2); /* log2 of the words per tile row */
-  const int lrb = lnrb < 3 ? lnrb : 3, lcw = 5 - lrb;
-  /* a row's swizzle: rows of one V row block go to one bank group (rb * CW words, within the
-   * row), so that the RB row blocks a warp reads at one word column fall in different banks */
-  auto swz = [&](int r) { return (((r >> LV) & ((1 << lrb) - 1)) << lcw) & ((1 << lpw) - 1); };
-  /* the slot of a chunk at tile row r, column col, as Pack<P, VI> (x's or the output's) */
-  auto slot = [&](auto p, int r, int col) {
-    using P = decltype(p);
-    const int word = ((col * ES) >> 2) ^ swz(r);
-    return reinterpret_cast<Pack<P, VI> *>(tile + ((size_t)r << (lpw + 2)) + (size_t)word * 4);
-  };
   const int lcpr = ltn - LVI; /* 16-byte chunks of x per tile row */
-  const int loads = a.tile_m << lcpr, reads = 1 << (lnrb + lpw);
+  const int loads = a.tile_m << lcpr;
   const int tiles_m = (a.M + a.tile_m - 1) >> ltm;
   const int j0 = blockIdx.x << ltn;
   float am = 0.f;
@@ -243,7 +178,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
         const Chunk k = chunk(c, i0);
         if (!k.in)
           continue;
-        Pack<TI, VI> *dst = slot(TI{}, k.r, k.col);
+        Pack<TI, VI> *dst = t.template at<Pack<TI, VI>>(k.r, k.col);
         if (k.j + VI <= a.N)
           copy_async(dst, row_packs<TI, VI>(const_cast<void *>(a.x), k.i, a.sx) + k.j / VI);
         else
@@ -256,7 +191,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
           const Chunk k = chunk(c, i0);
           if (!k.in)
             continue;
-          const Pack<TO, VI> out = cast_pack<TI, C>(*slot(TI{}, k.r, k.col), scale, am);
+          const Pack<TO, VI> out = cast_pack<TI, C>(*t.template at<Pack<TI, VI>>(k.r, k.col), scale, am);
           if (a.y)
             store_y(k, out, k.j + VI <= a.N);
         }
@@ -278,43 +213,12 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
           const Pack<TO, VI> out = cast_pack<TI, C>(in[b], scale, am);
           if (a.y)
             store_y(k, out, false);
-          *slot(TO{}, k.r, k.col) = out;
+          *t.template at<Pack<TO, VI>>(k.r, k.col) = out;
         }
       }
     }
     __syncthreads();
-    for (int it = threadIdx.x; it < reads; it += TR_THREADS) {
-      const int rb = ((it >> (lrb + lpw)) << lrb) | (it & ((1 << lrb) - 1));
-      const int wc = (it >> lrb) & ((1 << lpw) - 1);
-      const int r0 = rb * V, jc = j0 + wc * W;
-      const int64_t i = (int64_t)i0 + r0;
-      if (i >= a.M || jc >= a.N)
-        continue;
-      unsigned w[V];
-      const int word = wc ^ swz(r0);
-#pragma unroll
-      for (int k = 0; k < V; k++)
-        w[k] = reinterpret_cast<const unsigned *>(tile)[((size_t)(r0 + k) << lpw) + word];
-      const bool full = STAGE && i + V <= a.M;
-#pragma unroll
-      for (int q = 0; q < W; q++) {
-        const int j = jc + q;
-        if (j >= a.N)
-          break;
-        const uint4 part = column_out<TS, STAGE ? C : Cast::COPY, V>(w, q, scale);
-        TO *row = static_cast<TO *>(a.yt) + (int64_t)j * a.syt + i;
-        if (full) {
-          __stcs(reinterpret_cast<uint4 *>(row), part);
-        } else {
-          /* unrolled, so that the chunk stays in registers */
-          const TO *e = reinterpret_cast<const TO *>(&part);
-#pragma unroll
-          for (int k = 0; k < V; k++)
-            if (i + k < a.M)
-              row[k] = e[k];
-        }
-      }
-    }
+    t.template put_transposed<STAGE ? C : Cast::COPY>(i0, j0, a.M, a.N, a.yt, a.syt, STAGE, scale);
     __syncthreads();
   }
   if (a.track)
