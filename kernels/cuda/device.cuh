@@ -622,11 +622,11 @@ __device__ __forceinline__ Pack<O, VEC> to_fp8_pack(const float (&v)[VEC], float
 }
 
 /* A CTA's amax: the max of every thread's am (max_abs_nan's), then one atomicMax on the bits
- * of *amax (cleared before the kernel by clear_amax; NULL: nothing) unless *amax already holds as much:
- * thread 0 reads it as the reduction starts (its latency behind the reduction; no register
- * held across the kernel, which pushed the staged kernels past their 32) and skips the
- * atomic when the CTA's max is not above it, *amax only growing: with a CTA per row, tens of
- * thousands of atomics on the one address queue at its L2 slice. An unsigned max of |v|'s
+ * of *amax (cleared before the kernel by clear_amax; NULL: nothing) unless *amax already holds
+ * as much: thread 0 reads it as the reduction starts (its latency behind the reduction; no
+ * register held across the kernel, which pushed the staged kernels past their 32) and skips
+ * the atomic when the CTA's max is not above it, *amax only growing: with a CTA per row, tens
+ * of thousands of atomics on the one address queue at its L2 slice. An unsigned max of |v|'s
  * bits orders them as the values, NaN above inf, and gives the same bits in any order. Every
  * thread of the CTA calls it (one __syncthreads); red is 32 unsigned of shared memory. */
 __device__ __forceinline__ void amax_commit(float *amax, float am, unsigned *red)

@@ -766,7 +766,6 @@ Hold hold_of(const nlk_norm *k)
   return k->N <= k->fwd.early_weight_max_n ? Hold::EARLY_W : Hold::X;
 }
 
-/* The candidate's layout for T, and its kernel; false when it does not fit. */
 /* blockrow's packs per thread: from blockrow_group_min_m rows as many as leave each row
  * blockrow_group threads (fewer threads shuffle less, and enough rows keep the GPU busy),
  * blockrow_items below (a small grid wants the most threads in flight). */
@@ -781,6 +780,7 @@ int blockrow_items(const nlk_norm *k, int elt)
   return items;
 }
 
+/* The candidate's layout for T, and its kernel; false when it does not fit. */
 template <typename T>
 bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
 {
@@ -788,7 +788,8 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
   const int want_items = rows == Rows::WARP ? blockrow_items(k, elt) : k->fwd.items;
   /* an fp8 y: at least fp8_items packs, over which its epilogue's per-thread cost spreads */
   const bool fp8 = out_fp8(out_of(k));
-  const int items = fp8 && want_items > 0 && want_items < k->fwd.fp8_items ? k->fwd.fp8_items : want_items;
+  const int items =
+      fp8 && want_items > 0 && want_items < k->fwd.fp8_items ? k->fwd.fp8_items : want_items;
   const Want want{items, k->fwd.block, k->fwd.blockrow_block};
   p->rows = rows;
   p->stages = 0;
@@ -831,8 +832,8 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
  * group, STRIDE and LOOP as many CTAs as the GPU holds at once (or the settings' count per
  * SM: the looping kernel re-reads each row in its second pass, from L2 while the rows in
  * flight fit it, so fewer CTAs than fit can be faster), STAGED a CTA per row. An fp8 y: amax
- * cleared first (clear_amax); current scaling launches the kernel twice, for amax (storing nothing), then
- * for y with the scale from it (the inputs read twice: extra_bytes). */
+ * cleared first (clear_amax); current scaling launches the kernel twice, for amax (storing
+ * nothing), then for y with the scale from it (the inputs read twice: extra_bytes). */
 template <typename T>
 int run(nlk_norm *k, const Candidates &cands)
 {
