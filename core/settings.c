@@ -122,6 +122,16 @@ static const nl_setting_def defs[] = {
    .def = 4, .min = 1, .max = 64,
    .doc = "CUDA staged forward: 16-byte packs per thread (threads per CTA = the row's packs / this, 32 to 1024)"},
 
+  {.key = "rmsnorm.fwd.slab_rows", AT(fwd.slab_rows, I32),
+   .def = 32, .min = 16, .max = 64,
+   .doc = "CUDA slab forward: rows per cluster block, a power of two (the run of a fused yt row: 32 rows of fp8 fill a 32-byte sector)"},
+  {.key = "rmsnorm.fwd.slab_cols", AT(fwd.slab_cols, I32),
+   .def = 1024, .min = 16, .max = 65536,
+   .doc = "CUDA slab forward: the widest slab of columns a CTA holds before the cluster grows (N = CTAs x a power of two, at most 16 CTAs)"},
+  {.key = "rmsnorm.fwd.slab_block", AT(fwd.slab_block, I32),
+   .def = 256, .min = 32, .max = 512,
+   .doc = "CUDA slab forward: threads per CTA, a power of two (slab_rows to 32 x slab_rows)"},
+
   {.key = "transpose.tile_m", AT(tr.tile_m, I32),
    .def = 128, .min = 1, .max = 1024, .models = {{"H100", 64}},
    .doc = "tiled transposes (transpose.fwd.tiled, the external transposed copy): rows of x per tile, a power of two; the run of a yt row one tile writes"},

@@ -25,6 +25,8 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
  * core's tiled transpose after the kernel) */
 #define FP8 NL_FP8_ALL
 #define YT (NL_TR_EXTERNAL | NL_TR(NL_TRANSPOSE_STRIDED))
+/* slab: yt from its own tile (fused_tiled), or the core's external transpose */
+#define SLAB_YT (NL_TR_EXTERNAL | NL_TR(NL_TRANSPOSE_FUSED))
 
 /* auto forward: staged from staged_min_n columns where the row fits a CTA's shared memory
  * (row's looping kernel reads x twice there; staged reads it once); blockrow up to
@@ -81,8 +83,9 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
 /* A forward and a backward line: the op's name and value, the strategy, (backward) the dW
  * reductions it offers and its default one, the resolver of `auto` (else NULL), a summary
  * and the limits. */
-#define FWD(OPNAME, OP, S, AUTO, SUMMARY, LIMITS) \
-  {OPNAME ".fwd." S, OP, NL_FWD, NL_CUDA, S, SUMMARY, LIMITS, DTYPES, 0, 0, FP8, YT, AUTO}
+#define FWD(OPNAME, OP, S, AUTO, SUMMARY, LIMITS) FWD_YT(OPNAME, OP, S, AUTO, SUMMARY, LIMITS, YT)
+#define FWD_YT(OPNAME, OP, S, AUTO, SUMMARY, LIMITS, WAYS) \
+  {OPNAME ".fwd." S, OP, NL_FWD, NL_CUDA, S, SUMMARY, LIMITS, DTYPES, 0, 0, FP8, WAYS, AUTO}
 #define BWD(OPNAME, OP, S, RED, DEF, AUTO, SUMMARY, LIMITS) \
   {OPNAME ".bwd." S, OP, NL_BWD, NL_CUDA, S, SUMMARY, LIMITS, DTYPES, RED, DEF, 0, 0, AUTO}
 #define TRANSPOSE(S, AUTO, SUMMARY, LIMITS) \
@@ -94,6 +97,8 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
   "(227 KB on sm_90: N <= 115712 bf16); fp32, fp16, bf16"
 #define BR_LIMITS "N <= 2048 (bf16/fp16) or 1024 (fp32) with 16-byte packs, 256 / 256 without"
 #define AUTO_LIMITS "as the variant it picks"
+#define SLAB_LIMITS "sm_90; any M; N = C x a power of two, C <= 16 CTAs a cluster; 16-byte packs; " \
+  "fp32, fp16, bf16 (y also fp8e4m3, fp8e5m2)"
 #define TR_LIMITS "any M, N >= 1 (M, N < 2^31); x fp32, fp16, bf16, fp8; y and yt x's dtype or fp8"
 
 #define NORM_ENTRIES(O, OP)                                                                        \
@@ -108,6 +113,9 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
   FWD(O, OP, "staged", NULL, "one CTA per row, the row copied to shared memory through "          \
       "cp.async (no packs held in registers: many rows per SM in flight), "                       \
       "rmsnorm.fwd.staged_items packs per thread", ST_LIMITS),                                    \
+  FWD_YT(O, OP, "slab", NULL, "a cluster of CTAs per block of rmsnorm.fwd.slab_rows rows, each "   \
+      "CTA a slab of their columns in shared memory (cp.async), the rows' sums exchanged over "   \
+      "the cluster; y from the slab, yt transposed on chip (fused_tiled)", SLAB_LIMITS, SLAB_YT), \
   FWD(O, OP, "auto", auto_fwd, "staged from rmsnorm.fwd.staged_min_n columns where it fits, "     \
       "blockrow for N <= rmsnorm.fwd.blockrow_max_n and rmsnorm.fwd.blockrow_min_m <= M <= "      \
       "rmsnorm.fwd.blockrow_max_m (below rmsnorm.fwd.row_min_n columns from "                     \

@@ -682,6 +682,22 @@ __device__ __forceinline__ unsigned peer_shared(unsigned addr, unsigned rank)
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(addr), "r"(rank));
   return peer;
 }
+
+/* A float at a shared::cluster address (peer_shared's). */
+__device__ __forceinline__ float peer_load(unsigned addr)
+{
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+/* The first half of a cluster barrier with release semantics: this CTA's reads of its peers'
+ * shared memory are done before they pass the wait (cluster_wait) and may exit. */
+__device__ __forceinline__ void cluster_arrive_release()
+{
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+
 #endif
 
 } // namespace nlk

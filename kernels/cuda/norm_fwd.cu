@@ -28,6 +28,7 @@
 #include "device.cuh"
 #include "nlk_cuda.h"
 #include "plan.cuh"
+#include "tile.cuh"
 
 namespace nlk {
 
@@ -60,6 +61,8 @@ struct FwdOut {
                   * always set; PASS_Y: read for the scale */
   void *yt;      /* the strided transposed copy, y's dtype: yt[col * syt + row]; NULL: none */
   int64_t syt;
+  int32_t slab_cols; /* SLAB: the columns of a CTA's slab (N / the cluster's CTAs) */
+  int16_t slab_rows; /* SLAB: the rows of a cluster's block */
   int8_t pass;   /* FwdPass */
 };
 
@@ -110,6 +113,9 @@ constexpr const BlockLimits &pipe_limits(Out out)
  * two passes need 64: one CTA of 1024). */
 enum { STAGED_MAX_BLOCK = 1024 };
 constexpr int staged_min_ctas(Norm norm) { return norm == Norm::LN ? 1 : 2; }
+/* slab: at most 512 threads, 64 rows a block and 16 CTAs a cluster (sm_90's non-portable
+ * maximum; above 8 the kernel opts in). */
+enum { SLAB_MAX_BLOCK = 512, SLAB_MAX_ROWS = 64, SLAB_MAX_CLUSTER = 16 };
 
 /* ---- The kernels, compiled once per dtype and pack width (NLK_INSTANCE) ---- */
 
@@ -128,6 +134,12 @@ constexpr BlockLimits FWD_RELOAD_LIMITS{{1024, 512, 512, 256}, {2, 4, 3, 4}, 0};
  * for RMSNorm). */
 struct Stats {
   float mu, r;
+};
+
+/* What the epilogue hands each stored pack of y besides y itself: nothing (every kernel but
+ * the slab, whose tile takes it). */
+struct NoTap {
+  template <typename P> __device__ __forceinline__ void operator()(const P &) const {}
 };
 
 /* The epilogue's output side for OUT (y's element type O): PLAIN folds away to a plain store.
@@ -166,11 +178,12 @@ template <typename T, Out OUT> struct Epi {
       return o.pass != PASS_AMAX;
   }
 
-  /* Pack v of row `row` (y: the row's first pack) from its fp32 values f. The amax pass
-   * converts too and only skips the stores: with a branch around the conversion the
-   * pipelined kernel spilled twice as much at the plain kernel's limits (ptxas). */
-  template <bool STREAM, int VEC>
-  __device__ __forceinline__ void put(Pack<O, VEC> *y, int64_t row, int v, const float (&f)[VEC])
+  /* Pack v of row `row` (y: the row's first pack) from its fp32 values f, also handed to tap
+   * (the slab kernel's tile; nothing elsewhere). The amax pass converts too and only skips
+   * the stores: with a branch around the conversion the pipelined kernel spilled twice as
+   * much at the plain kernel's limits (ptxas). */
+  template <bool STREAM, int VEC, typename Tap = NoTap>
+  __device__ __forceinline__ void put(Pack<O, VEC> *y, int64_t row, int v, const float (&f)[VEC], Tap tap = {})
   {
     Pack<O, VEC> p;
     if constexpr (fp8)
@@ -180,6 +193,7 @@ template <typename T, Out OUT> struct Epi {
     if (!stores())
       return;
     store_pack<STREAM>(y + v, p);
+    tap(p);
     if constexpr (out_yt(OUT)) {
       if (o.yt) {
         O *t = static_cast<O *>(o.yt) + row;
@@ -341,12 +355,12 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
  * computed once keep the epilogue short: evaluated per pack, the conditions and the address
  * cost about a quarter more instructions per row. Any other output (e: fp8, strided yt) takes
  * the fp32 values before the final rounding, the packed multiply's unrounded product; the
- * epilogue e stores them. */
-template <bool STREAM, Norm NORM, typename T, int VEC, int ITEMS, Out OUT>
+ * epilogue e stores them. The stored pack also goes to tap (the slab kernel's tile). */
+template <bool STREAM, Norm NORM, typename T, int VEC, int ITEMS, Out OUT, typename Tap = NoTap>
 __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
                                         Pack<typename Epi<T, OUT>::O, VEC> *y, int64_t row, int v,
                                         float (&f)[VEC], const Stats &st,
-                                        const Affine<T, VEC, ITEMS, NORM> &wt, int i)
+                                        const Affine<T, VEC, ITEMS, NORM> &wt, int i, Tap tap = {})
 {
   float W[VEC];
   if constexpr (NORM == Norm::LN) {
@@ -366,6 +380,7 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
         for (int j = 0; j < VEC; j += 2)
           mul_rounded(o.v + j, f[j] * st.r, f[j + 1] * st.r, wp.v + j);
         store_pack<STREAM>(y + v, o);
+        tap(o);
         return;
       }
     }
@@ -382,7 +397,7 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
     for (int j = 0; j < VEC; j++)
       f[j] *= W[j];
   }
-  e.template put<STREAM>(y, row, v, f);
+  e.template put<STREAM>(y, row, v, f, tap);
 }
 
 /* The statistics of a row held in packs: RMSNorm's sum of squares (after add_rmsnorm's
@@ -630,6 +645,140 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, staged_min_ctas(NORM)) fwd_s
   e.commit();
 }
 
+/* SLAB: a cluster of C CTAs per block of R rows (grid: blocks x C), CTA q of the cluster
+ * copying columns [q W, (q + 1) W) of the block's rows into shared memory (cp.async, the whole
+ * slab in flight at once, no registers held), W = N / C. Each row's sums over the slab go to
+ * the cluster through distributed shared memory, where every CTA adds the C partials in rank
+ * order (the same bits in each). y leaves from the slab, and the transposed copy (transpose
+ * fused_tiled) through a tile of y's dtype that the CTA writes transposed
+ * (Tile::put_transposed: R contiguous elements of each yt row): DRAM sees x once and y and yt
+ * once each. Limits: sm_90 (clusters), 16-byte packs, W a power of two, C <= 16 (the host's
+ * slab_plan). Hazards: every CTA of the cluster passes each cluster barrier (rows past M idle
+ * through them), and none exits while a peer may still read its partials (the arrive after
+ * the last remote read, the wait before exit). */
+template <typename T, int VEC, Norm NORM, bool RES, Out OUT>
+__global__ void __launch_bounds__(SLAB_MAX_BLOCK) fwd_slab(FwdArgs a, FwdOut o)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  pdl_begin(a.pdl);
+  Epi<T, OUT> e(o);
+  using P = Pack<T, VEC>;
+  using O = typename Epi<T, OUT>::O;
+  extern __shared__ __align__(16) float dyn[];
+  __shared__ float part[NORM == Norm::LN ? 2 : 1][SLAB_MAX_ROWS];
+  __shared__ Stats stats[SLAB_MAX_ROWS];
+  const int R = o.slab_rows, W = o.slab_cols, U = W / VEC, C = a.N / W;
+  const int lu = __ffs(U) - 1; /* U is a power of two */
+  const unsigned q = cluster_rank();
+  const int64_t i0 = (int64_t)(blockIdx.x / C) * R;
+  const int v0 = (int)q * U; /* the slab's first pack in the row */
+  P *xs = reinterpret_cast<P *>(dyn), *rs = xs + R * U;
+  const Tile<O, 16 / sizeof(O)> tile(reinterpret_cast<unsigned char *>(xs + (RES ? 2 : 1) * R * U), R, W);
+
+  for (int k = threadIdx.x; k < R * U; k += blockDim.x) {
+    const int64_t i = i0 + (k >> lu);
+    if (i < a.M) {
+      copy_async(xs + k, pack_at<T, VEC>(a.x, i, a.sx, v0 + (k & (U - 1))));
+      if (RES)
+        copy_async(rs + k, pack_at<T, VEC>(a.res, i, a.sres, v0 + (k & (U - 1))));
+    }
+  }
+  copy_commit();
+  copy_wait(0);
+  __syncthreads();
+
+  /* the statistics: TR threads per row; a row's sum over the cluster from every CTA's part */
+  const int TR = blockDim.x / R, r = threadIdx.x / TR, sub = threadIdx.x & (TR - 1);
+  const int64_t row = i0 + r;
+  const bool live = row < a.M;
+  auto cluster_sum = [&](float s, float *slot) {
+    s = group_sum(s, TR);
+    if (sub == 0)
+      slot[r] = s;
+    if (C == 1) {
+      __syncthreads();
+      return slot[r];
+    }
+    cluster_sync();
+    float t = 0.f;
+    const unsigned at = (unsigned)__cvta_generic_to_shared(slot + r);
+    for (int k = 0; k < C; k++)
+      t += peer_load(peer_shared(at, k));
+    return t;
+  };
+  P *xrow = xs + (r << lu);
+  Stats st;
+  if constexpr (NORM == Norm::LN) {
+    float sum = 0.f;
+    for (int v = sub; live && v < U; v += TR) {
+      float f[VEC];
+      unpack(xrow[v], f);
+#pragma unroll
+      for (int j = 0; j < VEC; j++)
+        sum += f[j];
+    }
+    st.mu = cluster_sum(sum, part[0]) * a.inv_n;
+    float d2 = 0.f;
+    for (int v = sub; live && v < U; v += TR) {
+      float f[VEC];
+      unpack(xrow[v], f);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) {
+        const float d = f[j] - st.mu;
+        d2 += d * d;
+      }
+    }
+    st.r = rsqrtf(cluster_sum(d2, part[1]) * a.inv_n + a.eps);
+  } else {
+    float ss = 0.f;
+    for (int v = sub; live && v < U; v += TR) {
+      P x = xrow[v];
+      add_square<T, VEC, RES>(a, row, v0 + v, x, RES ? rs[(r << lu) + v] : x, ss, e.stores());
+      if (RES)
+        xrow[v] = x;
+    }
+    st = Stats{0.f, rsqrtf(cluster_sum(ss, part[0]) * a.inv_n + a.eps)};
+  }
+  if (C > 1)
+    cluster_arrive_release(); /* done with the peers' partials; waited for before exit */
+  if (sub == 0) {
+    stats[r] = st;
+    if (q == 0 && live)
+      put_stats<NORM>(a, row, st, e.stores());
+  }
+  __syncthreads();
+
+  /* y: a thread keeps its pack column u (and its weight) over the rows when the CTA covers
+   * the slab's width, else walks columns over every row; with a yt, each pack also into the
+   * tile, which the CTA then writes transposed */
+  const bool yt = o.yt && e.stores();
+  const int B = blockDim.x, rstep = B >= U ? B / U : 1;
+  for (int u = threadIdx.x & (U - 1); u < U; u += B) {
+    const Affine<T, VEC, 1, NORM> wt(a, v0 + u, 0, a.N / VEC, true);
+    for (int rr = B >= U ? threadIdx.x >> lu : 0; rr < R; rr += rstep) {
+      const int64_t i = i0 + rr;
+      if (i >= a.M)
+        break;
+      float f[VEC];
+      values<NORM>(xs[(rr << lu) + u], stats[rr], f);
+      store_y<true, NORM>(a, e, row_packs<O, VEC>(a.y, i, a.sy), i, v0 + u, f, stats[rr], wt, 0,
+                          [&](const Pack<O, VEC> &p) {
+                            if (yt)
+                              *tile.template at<Pack<O, VEC>>(rr, u * VEC) = p;
+                          });
+    }
+  }
+  if (yt) {
+    __syncthreads();
+    const bool vec = (reinterpret_cast<uintptr_t>(o.yt) | (uintptr_t)(o.syt * sizeof(O))) % 16 == 0;
+    tile.template put_transposed<Cast::COPY>(i0, (int)q * W, a.M, a.N, o.yt, o.syt, vec, 1.f);
+  }
+  e.commit();
+  if (C > 1)
+    cluster_wait();
+#endif
+}
+
 /* LOOP: rows wider than registers hold. The CTA loops over the row twice (LayerNorm: three
  * times, its statistics taking two passes), re-reading x (or h from res_out) and the weight,
  * mostly from L1 or L2. Current scaling's amax pass stores no h: it forms h again from x and
@@ -695,6 +844,11 @@ template <typename T, int VEC, Norm NORM, bool RES, Out OUT> const void *fwd_ker
       return (const void *)fwd_loop<T, VEC, NORM, OUT>; /* the residual is a runtime pointer there */
     if (key.rows == Rows::STAGED)
       return (const void *)fwd_staged<T, VEC, NORM, RES, OUT>;
+    if (key.rows == Rows::SLAB) { /* 16-byte packs; the transposed copy is the kernel's own */
+      if constexpr (VEC * sizeof(T) == 16 && !out_yt(OUT))
+        return (const void *)fwd_slab<T, VEC, NORM, RES, OUT>;
+      return NULL;
+    }
     const void *kp = NULL;
     with_items(key.items, [&](auto I) {
       constexpr int IT = decltype(I)::value;
@@ -742,19 +896,23 @@ struct FwdPlan {
   Rows rows;
   RowCfg c;
   int stages;          /* STRIDE: rows in flight per thread */
+  int cluster;         /* SLAB: CTAs per cluster (a block of rows) */
+  int slab_rows, slab_cols;
   size_t smem;
   const void *kernel;
 };
 
 /* y's output kind: fp8, x's dtype with the strided yt (the core hands a kernel yt only for
- * the ways its line offers: strided), or x's dtype alone. */
+ * the ways its line offers: strided, or fused, which the slab kernel writes whatever its
+ * OUT), or x's dtype alone. */
 Out out_of(const nlk_norm *k)
 {
+  const bool strided = k->yt && k->transpose != NLK_TRANSPOSE_FUSED;
   if (k->ydt == NLK_F8E4M3)
-    return k->yt ? Out::E4M3_T : Out::E4M3;
+    return strided ? Out::E4M3_T : Out::E4M3;
   if (k->ydt == NLK_F8E5M2)
-    return k->yt ? Out::E5M2_T : Out::E5M2;
-  return k->yt ? Out::SAME : Out::PLAIN;
+    return strided ? Out::E5M2_T : Out::E5M2;
+  return strided ? Out::SAME : Out::PLAIN;
 }
 
 Hold hold_of(const nlk_norm *k)
@@ -780,6 +938,61 @@ int blockrow_items(const nlk_norm *k, int elt)
   return items;
 }
 
+/* SLAB's layout for T: rmsnorm.fwd.slab_rows rows per block, the fewest CTAs per cluster C
+ * (N = C x W, W a power of two, C <= SLAB_MAX_CLUSTER) whose slab of W columns is at most
+ * rmsnorm.fwd.slab_cols wide, else the narrowest that fits; shared memory: the slab of x (and
+ * of the residual), and with a fused yt the tile of y's dtype. NLK_OK, or why not. */
+template <typename T>
+int slab_plan(const nlk_norm *k, FwdPlan *p, char *why, size_t cap)
+{
+  const int elt = sizeof(T), vec = 16 / elt, streams = k->res ? 2 : 1;
+  const bool yt = k->yt && k->transpose == NLK_TRANSPOSE_FUSED;
+  const int oelt = out_fp8(out_of(k)) ? 1 : elt, R = k->fwd.slab_rows, B = k->fwd.slab_block;
+  if ((R & (R - 1)) || R < 16 || R > SLAB_MAX_ROWS || (B & (B - 1)) || B > SLAB_MAX_BLOCK || B < R ||
+      B / R > 32) {
+    snprintf(why, cap, "N = %lld: rmsnorm.fwd.slab_rows (%d) and slab_block (%d) must be powers of two, "
+             "16 <= rows <= %d, block <= %d, 1 to 32 threads per row", (long long)k->N, R, B,
+             (int)SLAB_MAX_ROWS, (int)SLAB_MAX_BLOCK);
+    return NLK_ERR_UNSUPPORTED;
+  }
+  if (pick_vec(k, k->N, elt) != vec) {
+    snprintf(why, cap, "N = %lld: the slab takes rows of 16-byte packs (N a multiple of %d, "
+             "16-byte aligned rows and pointers)", (long long)k->N, vec);
+    return NLK_ERR_UNSUPPORTED;
+  }
+  p->cluster = 0;
+  for (int c = 1; c <= SLAB_MAX_CLUSTER; c++) {
+    const int64_t w = k->N / c;
+    const size_t smem = (size_t)R * w * (streams * elt + (yt ? oelt : 0));
+    if (k->N % c || (w & (w - 1)) || w % vec || (int64_t)smem > smem_budget(k))
+      continue;
+    p->cluster = c;
+    p->slab_cols = (int)w;
+    p->smem = smem;
+    if (w <= k->fwd.slab_cols)
+      break;
+  }
+  if (!p->cluster) {
+    snprintf(why, cap, "N = %lld is not C x a power of two (C <= %d) whose slab of %d rows fits "
+             "a CTA's shared memory", (long long)k->N, (int)SLAB_MAX_CLUSTER, R);
+    return NLK_ERR_UNSUPPORTED;
+  }
+  p->slab_rows = R;
+  p->c = RowCfg{vec, 1, B, B, 0};
+  const FwdKernel key{Rows::SLAB, 1, Hold::X, k->res != NULL, out_of(k)};
+  p->kernel = with_norm(k, [&](auto N) { return fwd_kernel<T, 16 / sizeof(T), decltype(N)::value>(key); });
+  cudaError_t e = p->kernel ? allow_smem(k, p->kernel, p->smem, true) : cudaErrorInvalidValue;
+  if (e == cudaSuccess && p->cluster > 8)
+    e = allow_cluster(k, p->kernel);
+  /* a cluster of 2 at least: none fits before sm_90 */
+  if (e != cudaSuccess || max_clusters(k, p->kernel, p->cluster < 2 ? 2 : p->cluster, B, p->smem) < 1) {
+    snprintf(why, cap, "N = %lld: clusters of %d CTAs of %zu bytes of shared memory do not fit "
+             "this GPU (clusters need sm_90)", (long long)k->N, p->cluster, p->smem);
+    return NLK_ERR_UNSUPPORTED;
+  }
+  return NLK_OK;
+}
+
 /* The candidate's layout for T, and its kernel; false when it does not fit. */
 template <typename T>
 bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
@@ -793,8 +1006,14 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
   const Want want{items, k->fwd.block, k->fwd.blockrow_block};
   p->rows = rows;
   p->stages = 0;
+  p->cluster = 1;
+  p->slab_rows = p->slab_cols = 0;
   p->smem = 0;
   switch (rows) {
+  case Rows::SLAB: {
+    char why[256];
+    return slab_plan<T>(k, p, why, sizeof why) == NLK_OK;
+  }
   case Rows::STRIDE:
     p->stages = fit_stages(k, k->N, elt, pipe_limits(out_of(k)), want, k->fwd.stages, streams, 0, &p->c);
     if (!p->stages)
@@ -849,6 +1068,8 @@ int run(nlk_norm *k, const Candidates &cands)
     if (grid > groups)
       grid = groups;
   }
+  if (p.rows == Rows::SLAB)
+    grid = (k->M + p.slab_rows - 1) / p.slab_rows * p.cluster;
   const bool ln = norm_of(k) == Norm::LN;
   FwdArgs a{.x = k->x, .res = k->res, .w = k->w, .b = ln ? k->b : NULL, .y = k->y,
             .res_out = k->res_out, .rstd = k->rstd, .mean = ln ? k->mean : NULL, .sx = k->sx,
@@ -859,9 +1080,10 @@ int run(nlk_norm *k, const Candidates &cands)
             .offset = k->offset, .eps = k->eps, .inv_n = 1.f / (float)k->N};
   const bool fp8 = nlk_is_fp8(k->ydt), current = fp8 && k->scaling == NLK_SCALING_CURRENT;
   FwdOut o{.scale = fp8 ? k->scale : NULL, .amax = fp8 ? k->amax : NULL, .yt = k->yt, .syt = k->syt,
-           .pass = PASS_DELAYED};
+           .slab_cols = p.slab_cols, .slab_rows = (int16_t)p.slab_rows, .pass = PASS_DELAYED};
   k->grid = (int32_t)grid;
   k->block = p.c.block;
+  k->cluster_dim = p.cluster;
   k->kernel = p.kernel;
   void *args[] = {&a, &o};
   if (o.amax) {
@@ -871,14 +1093,14 @@ int run(nlk_norm *k, const Candidates &cands)
   }
   if (current) {
     o.pass = PASS_AMAX;
-    const int rc = launch_norm(k, p.kernel, grid, p.c.block, p.smem, args);
+    const int rc = launch_norm(k, p.kernel, grid, p.c.block, p.smem, args, 1, p.cluster);
     if (rc != NLK_OK)
       return rc;
     o.pass = PASS_Y;
     k->current_passes = 2;
     k->extra_bytes = k->M * k->N * (int64_t)sizeof(T) * (k->res ? 2 : 1);
   }
-  return launch_norm(k, p.kernel, grid, p.c.block, p.smem, args);
+  return launch_norm(k, p.kernel, grid, p.c.block, p.smem, args, 1, p.cluster);
 }
 
 int launch(nlk_norm *k, const Candidates &cands)
@@ -896,6 +1118,14 @@ int launch_persistent(nlk_norm *k)
 }
 
 int launch_staged(nlk_norm *k) { return launch(k, Candidates().add(Rows::STAGED)); }
+
+int launch_slab(nlk_norm *k) { return launch(k, Candidates().add(Rows::SLAB)); }
+
+int slab_supports(const nlk_norm *k, char *why, size_t cap)
+{
+  FwdPlan p;
+  return with_dtype(k->dt, [&](auto t) { return slab_plan<decltype(t)>(k, &p, why, cap); });
+}
 
 int staged_supports(const nlk_norm *k, char *why, size_t cap)
 {
@@ -920,6 +1150,7 @@ extern "C" const nlk_strategy nlk_cuda_fwd[] = {
   {"blockrow", NLK_FWD, nlk::launch_blockrow, NULL, nlk::warp_row_supports},
   {"persistent", NLK_FWD, nlk::launch_persistent, NULL, nlk::max_n_supports},
   {"staged", NLK_FWD, nlk::launch_staged, NULL, nlk::staged_supports},
+  {"slab", NLK_FWD, nlk::launch_slab, NULL, nlk::slab_supports},
   {NULL, 0, NULL, NULL, NULL},
 };
 

@@ -56,7 +56,7 @@ template <int CAP> struct Memo {
   }
 };
 
-Memo<512> occupancy_memo, cluster_memo;
+Memo<512> occupancy_memo, cluster_memo, cluster_optin_memo;
 
 /* Shared memory granted per (device, kernel), and whether the carveout was set to its
  * maximum: the attributes only grow, so a request within a grant needs no call. */
@@ -113,6 +113,16 @@ cudaError_t allow_smem(const nlk_norm *k, const void *kernel, size_t bytes, bool
   else if (granted < 512)
     grants[granted++] = Grant{k->device, kernel, bytes, max_carveout};
   return e;
+}
+
+cudaError_t allow_cluster(const nlk_norm *k, const void *kernel)
+{
+  return (cudaError_t)cluster_optin_memo.get(Key{k->device, kernel, 0, 0, 0}, [&] {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess)
+      cudaGetLastError();
+    return (int)e;
+  });
 }
 
 int occupancy(const nlk_norm *k, const void *kernel, int block, size_t smem)

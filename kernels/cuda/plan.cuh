@@ -49,6 +49,8 @@ enum class Rows {
             * the CTAs of a cluster */
   STAGED,  /* one CTA per row, the whole row staged in shared memory */
   LOOP,    /* a CTA per row at a time looping over it twice: rows too wide for registers */
+  SLAB,    /* forward: a cluster per block of rows, each CTA a slab of their columns in
+            * shared memory, the rows' sums exchanged over the cluster (sm_90) */
   SPLIT,   /* backward rows too wide for registers: a row-reduction kernel, then a column
             * kernel */
 };
@@ -325,6 +327,10 @@ cudaError_t clear_amax(const nlk_norm *k);
  * with max_carveout, prefer the largest shared-memory carveout (once per device, kernel and
  * size; the attributes only grow). */
 cudaError_t allow_smem(const nlk_norm *k, const void *kernel, size_t bytes, bool max_carveout = false);
+
+/* Lets a kernel launch in clusters of more than 8 CTAs (sm_90's non-portable sizes; once per
+ * device and kernel). */
+cudaError_t allow_cluster(const nlk_norm *k, const void *kernel);
 
 /* Resident CTAs per SM of a kernel at a block size and dynamic shared memory (at least 1). */
 int occupancy(const nlk_norm *k, const void *kernel, int block, size_t smem);
