@@ -216,21 +216,28 @@ template <typename T, Out OUT> struct Epi {
 
 /* LayerNorm's statistics in two passes over the thread's elements, which each(f) visits
  * (f(x) per element as fp32; nothing for a thread of an inactive row): the mean, then the
- * mean square about it, each summed over the group (every thread of the CTA calls this the
- * same number of times). Two passes, as the reference: the one-pass E[x^2] - E[x]^2 loses
- * the variance of rows whose mean is large against their spread. */
-template <typename Each>
-__device__ __forceinline__ Stats ln_stats(const FwdArgs &a, Each each, int G, float (*red)[32], int &parity)
+ * mean square about it, each summed over the row by sum(v, k) (k: the pass, 0 or 1; every
+ * thread calls it the same number of times): the group's (group_reduce) or the slab's
+ * cluster's. Two passes, as the reference: the one-pass E[x^2] - E[x]^2 loses the variance of
+ * rows whose mean is large against their spread. */
+template <typename Each, typename Sum>
+__device__ __forceinline__ Stats ln_stats_by(const FwdArgs &a, Each each, Sum sum)
 {
   float s = 0.f;
   each([&](float x) { s += x; });
-  const float mu = group_reduce(s, G, red, parity) * a.inv_n;
+  const float mu = sum(s, 0) * a.inv_n;
   float v = 0.f;
   each([&](float x) {
     const float d = x - mu;
     v += d * d;
   });
-  return Stats{mu, rsqrtf(group_reduce(v, G, red, parity) * a.inv_n + a.eps)};
+  return Stats{mu, rsqrtf(sum(v, 1) * a.inv_n + a.eps)};
+}
+
+template <typename Each>
+__device__ __forceinline__ Stats ln_stats(const FwdArgs &a, Each each, int G, float (*red)[32], int &parity)
+{
+  return ln_stats_by(a, each, [&](float v, int) { return group_reduce(v, G, red, parity); });
 }
 
 /* The thread's elements of a row held in packs, as ln_stats visits them: converted again in
@@ -709,26 +716,16 @@ __global__ void __launch_bounds__(SLAB_MAX_BLOCK) fwd_slab(FwdArgs a, FwdOut o)
   P *xrow = xs + (r << lu);
   Stats st;
   if constexpr (NORM == Norm::LN) {
-    float sum = 0.f;
-    for (int v = sub; live && v < U; v += TR) {
-      float f[VEC];
-      unpack(xrow[v], f);
+    const auto mine = [xrow, live, sub, TR, U](auto f) {
+      for (int v = sub; live && v < U; v += TR) {
+        float x[VEC];
+        unpack(xrow[v], x);
 #pragma unroll
-      for (int j = 0; j < VEC; j++)
-        sum += f[j];
-    }
-    st.mu = cluster_sum(sum, part[0]) * a.inv_n;
-    float d2 = 0.f;
-    for (int v = sub; live && v < U; v += TR) {
-      float f[VEC];
-      unpack(xrow[v], f);
-#pragma unroll
-      for (int j = 0; j < VEC; j++) {
-        const float d = f[j] - st.mu;
-        d2 += d * d;
+        for (int j = 0; j < VEC; j++)
+          f(x[j]);
       }
-    }
-    st.r = rsqrtf(cluster_sum(d2, part[1]) * a.inv_n + a.eps);
+    };
+    st = ln_stats_by(a, mine, [&](float v, int k) { return cluster_sum(v, part[k]); });
   } else {
     float ss = 0.f;
     for (int v = sub; live && v < U; v += TR) {
