@@ -59,7 +59,8 @@ struct FwdOut {
   float *scale;  /* PASS_DELAYED: read (NULL: 1); PASS_Y: the scale used goes here (NULL: nowhere) */
   float *amax;   /* PASS_DELAYED: |y| reduced into it (NULL: not wanted); PASS_AMAX: the same,
                   * always set; PASS_Y: read for the scale */
-  void *yt;      /* the strided transposed copy, y's dtype: yt[col * syt + row]; NULL: none */
+  void *yt;      /* the transposed copy, y's dtype: yt[col * syt + row], stored strided by the
+                  * epilogue (OUT with _T) or from the slab's tile; NULL: none */
   int64_t syt;
   int32_t slab_cols; /* SLAB: the columns of a CTA's slab (N / the cluster's CTAs) */
   int16_t slab_rows; /* SLAB: the rows of a cluster's block */
