@@ -45,8 +45,8 @@ static const char *cpu_auto(const nl_knobs *kn, const nlk_norm *k)
   {"transpose.fwd." S, NL_OP_TRANSPOSE, NL_FWD, NL_CPU, S, SUMMARY, LIMITS, DT, 0, 0, NL_FP8_ALL, \
    0, AUTO}
 
-#define REF_LIMITS "any M, N >= 1; fp32, fp16, bf16, fp64; every option; y fp8 or x's dtype"
-#define FAST_LIMITS "any M, N >= 1; fp32, fp16, bf16; weight fp32, x dtype or none; y fp8 or x's dtype"
+#define REF_LIMITS "any M, N >= 1; fp32, fp16, bf16, fp64; every option"
+#define FAST_LIMITS "any M, N >= 1; fp32, fp16, bf16; weight fp32, x dtype or none"
 #define TR_LIMITS "any M, N >= 1; x of any dtype; y and yt x's dtype or fp8"
 #define AUTO_SUMMARY "persistent from cpu.persistent_min_m rows, row below; ref for fp64"
 #define AUTO_LIMITS "as the variant it picks"

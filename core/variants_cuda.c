@@ -92,7 +92,7 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
   {"transpose.fwd." S, NL_OP_TRANSPOSE, NL_FWD, NL_CUDA, S, SUMMARY, LIMITS, TR_DTYPES, 0, 0, \
    NL_FP8_ALL, 0, AUTO}
 
-#define LIMITS "any M; N <= 2^24; fp32, fp16, bf16 (y also fp8e4m3, fp8e5m2); 16-byte packs when N and strides allow"
+#define LIMITS "any M; N <= 2^24; fp32, fp16, bf16; 16-byte packs when N and strides allow"
 #define ST_LIMITS "any M; N x element size (x 2 with a residual) within a CTA's shared memory " \
   "(227 KB on sm_90: N <= 115712 bf16); fp32, fp16, bf16"
 #define BR_LIMITS "N <= 2048 (bf16/fp16) or 1024 (fp32) with 16-byte packs, 256 / 256 without"
