@@ -52,7 +52,6 @@ struct BwdArgs {
   int64_t sx, sdy, sdres, sdx;
   int64_t M, chunk; /* chunk > 0: CTA b (split: CTA row b) owns rows [b*chunk, (b+1)*chunk) */
   int N, group, wf32, cast, fused, dw_f32, db_f32, stages, pdl;
-  int trigger;      /* pipelined kernel: lets the reduce kernel launch once its rows are done */
   int pw, db_at;    /* partial rows: floats per row, and dB's first column */
   int acc_smem;     /* looping kernel: dW (dB) accumulates in shared memory (pw floats) */
   int cluster;      /* pipelined kernel: CTAs per cluster, one partial row each cluster */
@@ -650,8 +649,6 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE, NORM)(ITEMS)) bwd_str
     stage = stage + 1 == S ? 0 : stage + 1;
   }
   copy_wait(0);
-  if (a.trigger)
-    pdl_trigger();
   if (!a.partials && !a.accum)
     return;
   /* the CTA's partial row (sharing: its cluster's, from the CTA's first column, recomputed
@@ -1104,9 +1101,6 @@ int run(nlk_norm *k, Strategy s)
   cudaStream_t stream = (cudaStream_t)k->stream;
   const GradCols g = grad_cols(k);
   const bool dw = g.pw > 0, atomic = k->reduce == NLK_REDUCE_ATOMIC, ln = norm_of(k) == Norm::LN;
-  /* the reduce kernel queued behind the main one (sm_90): launched with PDL, and the
-   * pipelined kernel lets it launch before its grid has finished */
-  const bool reduce_pdl = k->bwd.reduce_pdl > 0 && p.partial_rows && !p.fused;
   float *ws = (float *)k->ws;
   BwdArgs a{.x = k->x, .dy = k->dy, .dres = k->dres, .w = k->w, .dx = k->dx, .dw = k->dw,
             .db = g.db ? k->db : NULL, .rstd = k->rstd, .mean = ln ? k->mean : NULL,
@@ -1116,7 +1110,6 @@ int run(nlk_norm *k, Strategy s)
             .chunk = p.chunk, .N = (int)k->N, .group = p.c.group, .wf32 = k->wdt == NLK_F32,
             .cast = k->cast, .fused = p.fused, .dw_f32 = k->wdt == NLK_F32,
             .db_f32 = k->bdt == NLK_F32, .stages = p.stages, .pdl = k->pdl && !p.fused,
-            .trigger = reduce_pdl && p.rows == Rows::STRIDE,
             .pw = (int)g.pw, .db_at = (int)g.db_at, .acc_smem = p.acc_smem, .cluster = p.cluster,
             .offset = k->offset};
   int rc;
@@ -1146,7 +1139,7 @@ int run(nlk_norm *k, Strategy s)
    * the reduce anyway, and dropping the rest measured slower); every other strategy's
    * partials are dropped once read */
   if (p.partial_rows && !p.fused)
-    return reduce_partials(k, ws, p.partial_rows, s != Strategy::ROW, reduce_pdl);
+    return reduce_partials(k, ws, p.partial_rows, s != Strategy::ROW);
   if (p.accum_in_ws)
     return convert_accum(k, ws);
   return NLK_OK;

@@ -28,19 +28,17 @@ __device__ __forceinline__ void discard_line(const float *p)
 }
 
 /* G[col] = sum over rows p of P[p][col] (N: the partial rows' width), stored by `out`, in row
- * order within each of 16 row lanes, then lane order: deterministic, and the same bits for
- * either V. A thread sums V adjacent columns (16-byte loads when V = 4) and has up to 8 of its
- * rows in flight; the partials were just written and mostly come from L2, so the latency of
- * few loads in flight, not DRAM, bounded the scalar version. With `discard` (rows of whole
- * 128-byte lines) each warp then drops the lines it has read: the partials are scratch, and
- * left dirty in L2 they would be written back to DRAM during the next kernel. With `wait`
- * (launched with programmatic dependent launch) it first waits for the kernel that wrote P. */
+ * order within each of 16 row lanes, then
+ * lane order: deterministic, and the same bits for either V. A thread sums V adjacent
+ * columns (16-byte loads when V = 4) and has up to 8 of its rows in flight; the partials were
+ * just written and mostly come from L2, so the latency of few loads in flight, not DRAM,
+ * bounded the scalar version. With `discard` (rows of whole 128-byte lines) each warp then
+ * drops the lines it has read: the partials are scratch, and left dirty in L2 they would be
+ * written back to DRAM during the next kernel. */
 template <int V>
 __global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, int N, bool discard,
-                                                 GradOut out, bool wait)
+                                                 GradOut out)
 {
-  if (wait)
-    pdl_wait();
   using F = std::conditional_t<V == 4, float4, float>;
   __shared__ __align__(16) float red[16][32 * V];
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
@@ -105,22 +103,16 @@ __global__ void dw_convert(const float *acc, int N, GradOut out)
 /* Four columns per thread where N allows and the grid of N / 128 CTAs still covers half the
  * SMs (on fewer, the per-SM share of the partials takes longer than the latency it hides).
  * drop: the buffer's lines may be discarded once read, where rows are whole lines. */
-int reduce_partials(nlk_norm *k, const float *P, int64_t rows, bool drop, bool pdl)
+int reduce_partials(nlk_norm *k, const float *P, int64_t rows, bool drop)
 {
   const int N = (int)grad_cols(k).pw;
   const bool wide = N % 4 == 0 && (int64_t)N / 128 >= k->sm_count / 2, lines = drop && N % 32 == 0;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(wide ? (N + 127) / 128 : (N + 31) / 32));
-  cfg.blockDim = dim3(512);
-  cfg.stream = (cudaStream_t)k->stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const GradOut out = grad_out(k);
-  return cuda_result(k, wide ? cudaLaunchKernelEx(&cfg, dw_reduce<4>, P, rows, N, lines, out, pdl)
-                             : cudaLaunchKernelEx(&cfg, dw_reduce<1>, P, rows, N, lines, out, pdl));
+  cudaStream_t s = (cudaStream_t)k->stream;
+  if (wide)
+    dw_reduce<4><<<(unsigned)((N + 127) / 128), 512, 0, s>>>(P, rows, N, lines, grad_out(k));
+  else
+    dw_reduce<1><<<(unsigned)((N + 31) / 32), 512, 0, s>>>(P, rows, N, lines, grad_out(k));
+  return cuda_result(k, cudaGetLastError());
 }
 
 int convert_accum(nlk_norm *k, const float *acc)
