@@ -2,7 +2,8 @@
  * bench.c: the one timing method of normlab, and the copy roofline every table divides by.
  *
  * A benchmark validates and resolves the variant once, clones the argument buffers into K
- * sets whose footprint covers rotate_factor x L2 (CPU: the last-level cache), warms up
+ * sets whose footprint covers rotate_factor x L2 (CPU: the last-level cache), at most
+ * bench.max_sets of them (small cells stop short, and the result says by how much), warms up
  * until bench.warmup_ms has passed (clocks settle), picks the launches per batch from the
  * warm-up's per-call time, then times `batches` batches (CUDA events on the GPU, the
  * monotonic clock on the CPU) and reports the median time per call. A backward variant's
@@ -193,7 +194,7 @@ nl_status nl_bench(nl_ctx *ctx, const char *variant, const nl_norm_args *proto,
   if (o.rotate_factor == 0)
     o.rotate_factor = plan0.kn.bench.rotate_factor;
   if (o.max_sets == 0)
-    o.max_sets = 64;
+    o.max_sets = plan0.kn.bench.max_sets;
 
   if ((st = nl_device_query(ctx, plan0.device, &info)) != NL_OK)
     return st;
@@ -326,6 +327,8 @@ nl_status nl_bench(nl_ctx *ctx, const char *variant, const nl_norm_args *proto,
   out->sets = sets.count;
   out->mode = o.mode;
   out->footprint_bytes = sb * sets.count + (set_bytes(proto, 0) - sb);
+  if (o.mode == NL_BENCH_ROTATE)
+    out->target_bytes = (int64_t)ceil(o.rotate_factor * (double)info.l2_bytes);
 
 done:
   if (graph_live)

@@ -23,6 +23,7 @@ typedef struct nl_knobs {
   struct {
     double warmup_ms, batch_ms, rotate_factor;
     int32_t batches;
+    int64_t max_sets;
   } bench;
   int32_t pdl;
   /* the CUDA auto resolvers' thresholds */

@@ -400,6 +400,41 @@ describe("nl.bench", function()
     end
   end)
 
+  it("caps the buffer sets at bench.max_sets and names the cells short of the footprint", function()
+    -- 16 x 64 fp32: 4 KB of x and of y a set. The target is rotate_factor x the LLC, so a
+    -- factor sized to 9.5 sets' bytes needs 10 sets; a cap of 3 stops short, 64 does not.
+    local M, N = 16, 64
+    local per_set = 2 * M * N * 4 + N * 4 + M * 4
+    local llc = nl.device("cpu").info.l2_bytes
+    local function run(max_sets)
+      nl.set("bench.rotate_factor", 9.5 * per_set / llc)
+      nl.set("bench.max_sets", max_sets)
+      local ok, r = pcall(nl.bench, {op = "rmsnorm", variants = {"row"}, M = M, N = N,
+        dtype = "fp32", device = "cpu", batches = 1, reps = 1, warmup_ms = 1, progress = false})
+      nl.reset("bench.rotate_factor")
+      nl.reset("bench.max_sets")
+      assert(ok, r)
+      local row = r.rows[1]
+      assert.are.equal("ok", row.status, tostring(row.reason))
+      assert.are.equal(math.ceil(9.5 * per_set / llc * llc), row.target_bytes)
+      return r, row
+    end
+    local r, row = run(3)
+    assert.are.equal(3, row.sets)
+    assert.are.equal(3 * per_set, row.footprint_bytes)
+    local note = r:text():match("footprint short of[^\n]*")
+    assert.truthy(note, r:text())
+    assert.truthy(note:find("at 1 cell,", 1, true), note)
+    assert.truthy(note:find("16x64 fp32 (0.0255 of 0.0809 MB)", 1, true), note)
+    assert.truthy(r:markdown():find("footprint short of", 1, true))
+    local csv = r:csv()
+    assert.truthy(csv:match("^[^\n]*,cluster,sets,footprint_bytes,target_bytes,"), csv)
+    r, row = run(64)
+    assert.are.equal(10, row.sets)
+    assert.is_nil(r:text():find("footprint short of", 1, true))
+    assert.are.equal(64, nl.get("bench.max_sets"))
+  end)
+
   it("times an inference forward (stats = false): no rstd or mean written or counted", function()
     local M, N = 16, 64
     for _, c in ipairs({{op = "rmsnorm", stats = 1}, {op = "layernorm", stats = 2}}) do

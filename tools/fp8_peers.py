@@ -4,7 +4,8 @@ with normlab's method: the anchors of experiments/fp8_sweep.lua.
 
     python3 tools/fp8_peers.py [--M LIST] [--N LIST] [--fp8 e4m3|e5m2] [--columns LIST]
                                [--outputs rotate|shared] [--roofline GBPS]
-                               [--compile-budget S] [--seed N] [--json FILE] [--markdown FILE]
+                               [--compile-budget S] [--max-sets K] [--seed N] [--json FILE]
+                               [--markdown FILE]
 
 Run it on the GPU machine from the repository root. bf16 x and weight, RMSNorm as Hugging Face
 writes it (tools/peers.py's torch column), a per-tensor scale (delayed scaling: a one-element
@@ -172,8 +173,8 @@ def run_cell(column, M, N, args, cols, stream, l2, fp8, rtol):
     try:
         with torch.cuda.stream(stream):
             per_set = record["normlab_bytes"]
-            count = max(1, min(peers.MAX_SETS, math.ceil(peers.L2_FACTOR * l2 / per_set)))
-            sets = [make_set(M, N, args.seed * peers.MAX_SETS + i) for i in range(count)]
+            count = max(1, min(args.max_sets, math.ceil(peers.L2_FACTOR * l2 / per_set)))
+            sets = [make_set(M, N, args.seed * args.max_sets + i) for i in range(count)]
             scale = torch.ones(1, device=peers.DEVICE)
             start = time.perf_counter()
             fn = cols.function(column)
@@ -227,6 +228,8 @@ def parse_args(argv=None):
                    help="GB/s for the %% columns (normlab's copy roofline from the same machine); "
                    "default: torch's copy_, timed here")
     p.add_argument("--compile-budget", type=peers.positive_float, default=300.0)
+    p.add_argument("--max-sets", type=peers.positive_int, default=peers.MAX_SETS,
+                   help="at most this many buffer sets a cell (normlab's bench.max_sets)")
     p.add_argument("--seed", type=peers.positive_int, default=1)
     p.add_argument("--json")
     p.add_argument("--markdown")

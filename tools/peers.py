@@ -4,7 +4,7 @@
     python3 tools/peers.py [--ops LIST] [--passes LIST] [--M LIST] [--N LIST] [--dtypes LIST]
                            [--weight x|fp32] [--peers LIST] [--outputs rotate|shared]
                            [--bytes counted|normlab] [--roofline GBPS] [--compile-budget S]
-                           [--seed N] [--json FILE] [--markdown FILE]
+                           [--max-sets K] [--seed N] [--json FILE] [--markdown FILE]
 
 Run it on the GPU machine from the repository root. For each op, pass, dtype and shape, every
 peer is first checked against a float64 reference and then timed. A markdown table per op and
@@ -34,7 +34,8 @@ Peers (the columns)
 Timing (normlab's method, core/bench.c)
   A cell allocates K buffer sets of seeded random data: the fewest whose bytes (inputs and
   outputs, in normlab's byte model) cover 4x the GPU's L2 (as the device reports it, 50 MiB
-  if it reports none), at most 64. Call i uses set i mod K. After a warm-up on a side stream, the
+  if it reports none), at most --max-sets (64, as normlab's bench.max_sets; where that stops
+  short of 4x L2, part of the data stays in L2 across calls). Call i uses set i mod K. After a warm-up on a side stream, the
   calls are captured into one CUDA graph making as many passes over the K sets as fill about
   20 ms; the graph is replayed for about 300 ms so that the clocks settle, then 7 replays are
   timed with CUDA events. Time per call = median replay / calls per replay.
@@ -108,7 +109,7 @@ EPS = {"rmsnorm": RMS_EPS, "add_rmsnorm": RMS_EPS, "layernorm": LN_EPS}
 # normlab's timing constants (core/bench.c)
 L2_FACTOR = 4
 L2_FALLBACK = 50 * 2**20
-MAX_SETS = 64
+MAX_SETS = 64  # bench.max_sets' default
 WARMUP_MS = 300.0
 REPLAY_MS = 20.0
 TIMED_REPLAYS = 7
@@ -174,17 +175,21 @@ def normlab_bytes(op, pass_, M, N, x_size, w_size, inputs_only=False):
     return sum(logical_bytes(role, M, N, x_size, w_size) for role in roles)
 
 
-def set_count(op, pass_, M, N, x_size, w_size, l2_bytes, shared_outputs):
-    """Buffer sets a cell rotates over: the fewest covering L2_FACTOR x L2, at most MAX_SETS.
+def set_count(op, pass_, M, N, x_size, w_size, l2_bytes, shared_outputs, max_sets=MAX_SETS):
+    """Buffer sets a cell rotates over: the fewest covering L2_FACTOR x L2, at most max_sets.
     With shared outputs only the inputs rotate, so only they count.
 
     >>> set_count("rmsnorm", "fwd", 4096, 1024, 2, 2, 50 * 2**20, False)
     13
     >>> set_count("rmsnorm", "bwd", 32768, 16384, 2, 2, 50 * 2**20, False)
     1
+    >>> set_count("rmsnorm", "fwd", 4096, 64, 2, 2, 50 * 2**20, False)
+    64
+    >>> set_count("rmsnorm", "fwd", 4096, 64, 2, 2, 50 * 2**20, False, max_sets=256)
+    197
     """
     per_set = normlab_bytes(op, pass_, M, N, x_size, w_size, inputs_only=shared_outputs)
-    return max(1, min(MAX_SETS, math.ceil(L2_FACTOR * l2_bytes / per_set)))
+    return max(1, min(max_sets, math.ceil(L2_FACTOR * l2_bytes / per_set)))
 
 
 def describe_roles(read, written):
@@ -288,6 +293,9 @@ def parse_args(argv=None):
     p.add_argument("--compile-budget", type=positive_float, default=300.0, metavar="S",
                    help="seconds of torch.compile work after which compile cells are skipped "
                         "(default: %(default)g)")
+    p.add_argument("--max-sets", type=positive_int, default=MAX_SETS, metavar="K",
+                   help="at most K buffer sets a cell (normlab's bench.max_sets; default: "
+                        "%(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random data (default: 0)")
     p.add_argument("--json", metavar="FILE", help="also write every cell's record here")
     p.add_argument("--markdown", metavar="FILE", help="also write the tables here")
@@ -827,6 +835,7 @@ class Bench:
     l2_bytes: int
     outputs: str
     seed: int
+    max_sets: int = MAX_SETS
 
 
 def run_cell(peer, case, bench):
@@ -852,8 +861,8 @@ def measure(peer, case, bench):
     weight_dtype = torch_dtype(forced or (case.dtype if case.weight == "x" else "fp32"))
     x_size, w_size = ITEMSIZE[case.dtype], weight_dtype.itemsize
     count = set_count(case.op, case.pass_, case.M, case.N, x_size, w_size, bench.l2_bytes,
-                      bench.outputs == "shared")
-    sets = [make_tensors(case, weight_dtype, bench.seed * MAX_SETS + i) for i in range(count)]
+                      bench.outputs == "shared", bench.max_sets)
+    sets = [make_tensors(case, weight_dtype, bench.seed * bench.max_sets + i) for i in range(count)]
     expected = reference(case, sets[0])  # before any call: a call may write over its inputs
     calls = [peer.make_call(case, t) for t in sets]
     outputs = calls[0]()
@@ -887,7 +896,7 @@ def header(bench, peers, copy_gbps, args):
         f"# Peers on {torch.cuda.get_device_name()}",
         "",
         f"- torch {torch.__version__}; L2 {bench.l2_bytes / 2**20:.0f} MiB; buffer sets covering "
-        f">= {L2_FACTOR}x L2 (at most {MAX_SETS}); outputs {args.outputs}; seed {args.seed}",
+        f">= {L2_FACTOR}x L2 (at most {bench.max_sets}); outputs {args.outputs}; seed {args.seed}",
         f"- CUDA-graph replays of ~{REPLAY_MS:g} ms over the sets, {WARMUP_MS:g} ms of warm-up "
         f"replays, median of {TIMED_REPLAYS}; backward timed alone, dW/dB reductions included",
         f"- copy roofline: torch copy_ of {COPY_BYTES >> 30} GiB {copy_gbps:.0f} GB/s, timed as "
@@ -967,7 +976,7 @@ def main(argv=None):
         print(f"peers.py: no CUDA device ({problem})", file=sys.stderr)
         return 1
     peers = make_peers(args)
-    bench = Bench(torch.cuda.Stream(), l2_bytes(), args.outputs, args.seed)
+    bench = Bench(torch.cuda.Stream(), l2_bytes(), args.outputs, args.seed, args.max_sets)
     copy_gbps = copy_roofline(bench.stream)
     roof = args.roofline or copy_gbps
     lines = header(bench, peers, copy_gbps, args) + [""]
@@ -975,6 +984,7 @@ def main(argv=None):
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "l2_bytes": bench.l2_bytes, "copy_gbps": copy_gbps, "roofline_gbps": roof,
             "outputs": args.outputs, "bytes": args.bytes, "seed": args.seed,
+            "max_sets": args.max_sets,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "peers": {p.name: f"not available: {p.missing}" if p.missing else p.version
                       for p in peers}}

@@ -209,7 +209,7 @@ typedef struct nl_bench_opts {
   double warmup_ms;       /* run the variant this long before timing (0: backend default) */
   double batch_ms;        /* target time of one batch when reps = 0 (0: backend default) */
   double rotate_factor;   /* rotate mode: footprint >= this x L2 (0: 4) */
-  int64_t max_sets;       /* cap on buffer sets (0: 64) */
+  int64_t max_sets;       /* cap on buffer sets (0: the bench.max_sets setting) */
   int32_t share_outputs;  /* rotate mode: every set writes the same output buffers (they stay in
                            * L2, as when an allocator hands each call the block the previous
                            * one freed); only the inputs rotate */
@@ -228,6 +228,10 @@ typedef struct nl_bench_result {
   int32_t sets;
   int32_t mode;
   int64_t footprint_bytes; /* bytes of all buffer sets cycled */
+  int64_t target_bytes;    /* rotate mode: the footprint aimed at, rotate_factor x L2 (CPU:
+                            * LLC); above footprint_bytes where max_sets cut the sets short, so
+                            * that part of the data stays in cache from call to call. 0: other
+                            * modes */
 } nl_bench_result;
 
 /* Registry entry, as listed by `normlab --list`. Strings live as long as the library. */

@@ -383,6 +383,9 @@ local function measure_as(p, cell, variant, bufs, row, name)
     row.scaling = info.scaling
   end
   row.sets, row.footprint_bytes = b.sets, b.footprint_bytes
+  if b.target_bytes > 0 then
+    row.target_bytes = b.target_bytes
+  end
   return row
 end
 

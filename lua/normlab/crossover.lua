@@ -282,7 +282,7 @@ local function summary_lines(self)
 end
 
 -- Below the table: the skipped and failed rows, one line per variant and reason with the
--- cells it holds for.
+-- cells it holds for, then the cells timed over less than the rotate footprint.
 local function notes(self)
   local groups, order = {}, {}
   for _, c in ipairs(self.cells) do
@@ -309,6 +309,7 @@ local function notes(self)
       concat(g.cells, ", ", 1, math.min(n, 4)), n > 4 and ", ..." or "")
     out[#out + 1] = format("%s %s: %s", g.label, where, g.text)
   end
+  out[#out + 1] = report.footprint_note(report.layout(self.result))
   return out
 end
 

@@ -292,6 +292,35 @@ local function title(nops, lines)
   return nops == 1 and lines[1] and lines[1].op or "normlab bench"
 end
 
+-- Below the table: the cells whose buffer sets stopped short of the rotate footprint
+-- (rotate_factor x L2; bench.max_sets caps the sets), so that part of their data stays in
+-- cache from call to call and their GB/s are not all DRAM's. nil when there are none, or when
+-- the rows predate target_bytes.
+local function footprint_note(lines, variants)
+  local short = {}
+  for _, line in ipairs(lines) do
+    local worst
+    for _, v in ipairs(variants) do
+      local row = line.cells[v]
+      if row and finite(row.footprint_bytes) and finite(row.target_bytes)
+          and row.footprint_bytes < row.target_bytes
+          and (not worst or row.footprint_bytes / row.target_bytes
+            < worst.footprint_bytes / worst.target_bytes) then
+        worst = row
+      end
+    end
+    if worst then
+      short[#short + 1] = format("%sx%s %s (%s of %s MB)", int(line.M), int(line.N), line.dtype,
+        num(worst.footprint_bytes / 1e6), num(worst.target_bytes / 1e6))
+    end
+  end
+  local n = #short
+  if n == 0 then return nil end
+  return format("footprint short of bench.rotate_factor x L2 at %d cell%s, the buffer sets capped "
+    .. "by bench.max_sets (part of the data stays in cache across calls): %s%s", n,
+    n == 1 and "" or "s", concat(short, ", ", 1, math.min(n, 6)), n > 6 and ", ..." or "")
+end
+
 -- The table as strings: the header cells, the body lines, the number of key columns, the
 -- notes and speedup summaries for below the table. Errors in opts.speedup raise at level 3.
 local function grid(self, opts)
@@ -341,6 +370,8 @@ local function grid(self, opts)
     end
     body[#body + 1] = cells
   end
+  local short = footprint_note(lines, variants)
+  if short then notes[#notes + 1] = short end
   -- Geometric mean of each speedup over the lines where both variants ran.
   local summary = {}
   for _, p in ipairs(sp) do
@@ -488,7 +519,7 @@ end
 local CSV_FIELDS = {"op", "pass", "variant", "resolved", "device", "device_name",
   "roofline_gbps", "M", "N", "dtype", "status", "reason", "ms", "min_ms", "max_ms", "gbps",
   "extra_gbps", "pct", "bytes", "extra_bytes", "deterministic", "reduce", "grid", "block",
-  "cluster"}
+  "cluster", "sets", "footprint_bytes", "target_bytes"}
 local CHECK_FIELDS = {"ok", "n_bad", "max_abs", "max_rel", "ulp_p50", "ulp_p99", "ulp_max"}
 
 local function csv_field(v)
@@ -880,6 +911,7 @@ report.text_table = text_table
 report.markdown_table = markdown_table
 report.markdown_header = markdown_header
 report.fail_text = fail_text
+report.footprint_note = footprint_note
 report.fmt = {int = int, num = num, percent = percent, csv = csv_field, xml = xml,
   markdown = esc, strategy = strategy, finite = finite}
 report.PALETTE = PALETTE
