@@ -8,18 +8,23 @@
 --
 --   normlab experiments/bwd_sweep.lua [--op rmsnorm|layernorm|add_rmsnorm] [--device cpu|cuda]
 --       [--M 4096] [--N 1024..16384] [--dtypes bf16,fp16,fp32] [--variants row,persistent]
---       [--weight x|fp32|none] [--bias x|fp32|none] [--graph] [--shard I/N] [--csv f] [--json f]
+--       [--weight x|fp32|none] [--bias x|fp32|none] [--graph] [--set key=value] [--shard I/N]
+--       [--csv f] [--json f]
+-- --set holds a setting for the whole run (e.g. rmsnorm.bwd.grid_sms=128).
 -- --shard I/N runs every Nth cell (dtype, M, N) from the Ith; `normlab merge s1.json ...` puts
 -- the shards' --json back into this table (README, "Sharding a sweep").
 -- Weights (and LayerNorm's bias, unless --bias says otherwise) are in x's dtype by default.
 local nl = require("normlab")
 local cli = require("normlab.cli")
+local settings = require("normlab.settings")
 
 local p = cli.parser("Backward pass of an op: the old row design against persistent (and the "
   .. "rest).",
   {M = "4096", N = "1024..16384", dtypes = "bf16,fp16,fp32", weight = "x"})
 cli.op_options(p, {pass = "bwd"})
+cli.hold_option(p)
 local args = cli.parse(p)
+local held = cli.held(args, nl.get)
 local dev = nl.device(args.device)
 
 -- Without --variants: every backward strategy registered for the op on this device, row and
@@ -44,5 +49,5 @@ if not variants then
 end
 
 -- Weights in x's dtype, as in the anchors (HF models keep the norm weight in the model dtype).
-local r = nl.bench(cli.bench_opts(args, {device = dev, variants = variants}))
+local r = settings.with(held, nl.bench, cli.bench_opts(args, {device = dev, variants = variants}))
 cli.emit(r, args, {speedup = {"persistent", "row"}})

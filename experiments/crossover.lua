@@ -42,21 +42,13 @@ local p = cli.parser("Which strategy wins at each (M, N), by how much, and how c
      .. "65536",
    dtypes = "bf16", weight = "x"})
 cli.op_options(p, {pass = "fwd", choose = true})
-cli.set_option(p, "key=value: a setting held for the whole run (repeatable), e.g. "
-  .. "bench.batch_ms=5.")
+cli.hold_option(p)
 p:flag("--with-tuned", "Also run auto with the tuning cache consulted (column auto@tuned).")
 p:option("--cache", "The tuning cache of --with-tuned: a *.json file or a directory.")
   :argname("<path>")
 local args = cli.parse(p)
 
-local held = {}
-for _, axis in ipairs(cli.set_axes(args.set, nl.get)) do
-  if #axis.values ~= 1 then
-    error(cli.usage_error("--set " .. axis.key .. ": one value per key here (crossover runs one "
-      .. "combination of settings; dispatch_sweep.lua sweeps several)"))
-  end
-  held[#held + 1] = {axis.key, axis.values[1]}
-end
+local held = cli.held(args, nl.get)
 if args.cache and not args.with_tuned then
   error(cli.usage_error("--cache: the tuning cache is consulted with --with-tuned only"))
 end

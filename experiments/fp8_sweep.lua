@@ -15,16 +15,19 @@
 --   normlab experiments/fp8_sweep.lua [--op rmsnorm|layernorm|add_rmsnorm] [--device cuda]
 --       [--M 4096,32768] [--N 1024..16384] [--dtypes bf16] [--variants auto]
 --       [--fp8 fp8e4m3|fp8e5m2] [--scaling delayed|current] [--weight x|fp32|none] [--graph]
---       [--csv f] [--json f] [--markdown f] [--svg f]
--- The table merges several sweeps, so --shard and --devices are refused.
+--       [--set key=value] [--csv f] [--json f] [--markdown f] [--svg f]
+-- --set holds a setting for the whole run (e.g. bench.max_sets=16). The table merges
+-- several sweeps, so --shard and --devices are refused.
 local nl = require("normlab")
 local cli = require("normlab.cli")
 local report = require("normlab.report")
+local settings = require("normlab.settings")
 
 local p = cli.parser("A norm's forward with an fp8 output and a transposed copy, and the "
   .. "transpose kernels alone.",
   {M = "4096,32768", N = "1024..16384", dtypes = "bf16", variants = "auto", weight = "x"})
 cli.op_options(p, {pass = "fwd"})
+cli.hold_option(p)
 p:option("--fp8", "The fp8 dtype: fp8e4m3 or fp8e5m2."):argname("<dtype>"):default("fp8e4m3")
   :convert(function(s)
     if s == "fp8e4m3" or s == "fp8e5m2" then return s end
@@ -36,6 +39,7 @@ p:option("--scaling", "The fp8 scaling: delayed or current."):argname("<how>"):d
     return nil, "--scaling: expected delayed or current, got '" .. s .. "'"
   end)
 local args = cli.parse(p, nil, {devices = false})
+local held = cli.held(args, nl.get)
 if args.op == "transpose" then
   error(cli.usage_error(p:get_usage() .. "\n\nError: --op: the norm whose fp8 output is measured "
     .. "(rmsnorm, layernorm or add_rmsnorm); the transposes alone are columns of the table"))
@@ -84,7 +88,7 @@ for _, run in ipairs(runs) do
   o.variants = {run.variant or run.column:match("^[^:]+")}
   for k, v in pairs(run.opts) do o[k] = v end
   io.stderr:write(run.column, "\n")
-  local r = nl.bench(o)
+  local r = settings.with(held, nl.bench, o)
   local rows = {}
   for i, row in ipairs(r.rows) do
     local copy = {}

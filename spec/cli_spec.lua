@@ -461,6 +461,28 @@ describe("experiment scripts", function()
     os.remove(path)
   end)
 
+  it("fwd_sweep, bwd_sweep and fp8_sweep hold --set key=value for the run", function()
+    local path = os.tmpname()
+    for _, script in ipairs({"fwd_sweep", "bwd_sweep", "fp8_sweep"}) do
+      local ok, _, err = sweep("experiments/" .. script .. ".lua", {"--variants", "row",
+        "--set", "bench.max_sets=2", "--set", "cpu.threads=1", "--json", path})
+      assert.is_true(ok, tostring(err))
+      local r = require("normlab.report").from_json(read_file(path))
+      assert.are.equal(2, r.meta.settings["bench.max_sets"], script)
+      assert.are.equal(1, r.meta.settings["cpu.threads"], script)
+      for _, row in ipairs(r.rows) do
+        if row.status == "ok" then assert.are.equal(2, row.sets, script) end
+      end
+      ok, _, err = sweep("experiments/" .. script .. ".lua", {"--set", "bench.max_sets=2,3"})
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("--set bench.max_sets: one value per key here", 1, true),
+        tostring(err))
+    end
+    -- held for the run only: the settings are as before
+    assert.are.equal(64, nl.get("bench.max_sets"))
+    os.remove(path)
+  end)
+
   it("dispatch_sweep takes --op <op>.<pass> and --op <op> --pass <pass>", function()
     for _, case in ipairs({{{"--op", "rmsnorm.bwd"}, "rmsnorm.bwd"},
         {{"--op", "layernorm", "--pass", "fwd"}, "layernorm.fwd"},

@@ -272,6 +272,28 @@ function cli.set_axes(list, check)
   return axes
 end
 
+-- Adds --set key=value (repeatable) to a parser: settings held for the whole run, which
+-- cli.held reads after cli.parse. Returns p.
+function cli.hold_option(p)
+  return cli.set_option(p, "key=value: a setting held for the whole run (repeatable), e.g. "
+    .. "bench.max_sets=16.")
+end
+
+-- The --set values of cli.hold_option as a list of {key, value} (settings.with's), in
+-- command-line order; check as for cli.set_axes. A key given several values raises a usage
+-- error: such a run holds one combination (dispatch_sweep.lua sweeps several).
+function cli.held(args, check)
+  local held = {}
+  for _, axis in ipairs(cli.set_axes(args.set, check)) do
+    if #axis.values ~= 1 then
+      error(cli.usage_error("--set " .. axis.key .. ": one value per key here (this run holds "
+        .. "one combination of settings; dispatch_sweep.lua sweeps several)"))
+    end
+    held[#held + 1] = {axis.key, axis.values[1]}
+  end
+  return held
+end
+
 -- Adds --op to a parser from cli.parser: rmsnorm, layernorm or add_rmsnorm (default
 -- opts.op, else rmsnorm), also written <op>.<pass>. opts.pass is the script's pass; with
 -- opts.choose the script runs either and also gets --pass fwd|bwd (default opts.pass), which
