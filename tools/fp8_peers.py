@@ -33,7 +33,6 @@ Exit status: 0 once the sweep has run; 2 for a bad argument; 1 without a CUDA de
 """
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -173,7 +172,7 @@ def run_cell(column, M, N, args, cols, stream, l2, fp8, rtol):
     try:
         with torch.cuda.stream(stream):
             per_set = record["normlab_bytes"]
-            count = max(1, min(args.max_sets, math.ceil(peers.L2_FACTOR * l2 / per_set)))
+            count = peers.sets_for(per_set, l2, args.max_sets)
             sets = [make_set(M, N, args.seed * args.max_sets + i) for i in range(count)]
             scale = torch.ones(1, device=peers.DEVICE)
             start = time.perf_counter()

@@ -189,6 +189,15 @@ def set_count(op, pass_, M, N, x_size, w_size, l2_bytes, shared_outputs, max_set
     197
     """
     per_set = normlab_bytes(op, pass_, M, N, x_size, w_size, inputs_only=shared_outputs)
+    return sets_for(per_set, l2_bytes, max_sets)
+
+
+def sets_for(per_set, l2_bytes, max_sets=MAX_SETS):
+    """The fewest sets of per_set bytes covering L2_FACTOR x L2, at most max_sets (and 1).
+
+    >>> sets_for(2**20, 50 * 2**20, 16)
+    16
+    """
     return max(1, min(max_sets, math.ceil(L2_FACTOR * l2_bytes / per_set)))
 
 
