@@ -38,7 +38,8 @@ Timing (normlab's method, core/bench.c)
   short of 4x L2, part of the data stays in L2 across calls). Call i uses set i mod K. After a
   warm-up on a side stream, the calls are captured into one CUDA graph making as many passes
   over the K sets as fill about 20 ms; the graph is replayed for about 300 ms so that the
-  clocks settle, then 7 replays are timed with CUDA events. Time per call = median replay / calls per replay.
+  clocks settle, then 7 replays are timed with CUDA events. Time per call = median replay /
+  calls per replay.
   --outputs rotate (the default, as normlab's): each set keeps its latest outputs alive until
   its next call, so the calls write K sets of outputs in turn and the writes reach DRAM.
   --outputs shared: each call's outputs are dropped at once, so the caching allocator hands the
