@@ -163,8 +163,9 @@ for _, pass in ipairs(passes) do
     end
   end
 end
--- The forwards' fp8 y (delayed with amax, current: the amax launch, then y) and strided yt
--- (fp8 and x's dtype), every strategy of every op, on shapes of each kernel: sub-warp rows,
+-- The forwards' fp8 y (delayed with amax, current: the amax launch, then y) and the
+-- strategy's own yt (strided, or the slab's fused tile; fp8 and x's dtype), every strategy of
+-- every op, on shapes of each kernel: sub-warp rows,
 -- one-row CTAs, the element path, the looping kernel (70000 columns).
 for _, s in ipairs({{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {2, 70000}}) do
   local x = dev:randn(s, "bf16", {seed = 11})
@@ -179,9 +180,18 @@ for _, s in ipairs({{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {2, 70000}}) do
       local ok = nl.supports(op .. ".fwd." .. v, probe)
       probe.y:free()
       if probe.residual_out then probe.residual_out:free() end
+      -- the strategy's own transposed copy: strided, or the slab's fused tile
+      local way
+      for _, t in ipairs(nl.variants{op = op, pass = "fwd", backend = "cuda"}) do
+        if t.strategy == v then
+          for _, w in ipairs(t.transposes) do
+            if w == "strided" or (w == "fused_tiled" and not way) then way = w end
+          end
+        end
+      end
       for _, o in ipairs(ok and {{out_dtype = "fp8e4m3", amax = true, scale = 2},
-          {out_dtype = "fp8e5m2", scaling = "current", amax = true, transpose = "strided"},
-          {transpose = "strided"}} or {}) do
+          {out_dtype = "fp8e5m2", scaling = "current", amax = true, transpose = way},
+          {transpose = way}} or {}) do
         o.variant = v
         -- the outputs, nil where not asked for (yt without a transpose)
         local function free(...)

@@ -212,6 +212,18 @@ template <typename V> __device__ __forceinline__ V group_sum(V v, int width)
   return v;
 }
 
+/* An unsigned count summed over the warp: one REDUX on sm_80 and later. */
+__device__ __forceinline__ unsigned warp_total(unsigned c)
+{
+#if __CUDA_ARCH__ >= 800
+  return __reduce_add_sync(0xffffffffu, c);
+#else
+  for (int o = 16; o > 0; o >>= 1)
+    c += __shfl_xor_sync(0xffffffffu, c, o);
+  return c;
+#endif
+}
+
 /* Sum over a group of G threads that share a row (a power of two, or a multiple of 32 that
  * is the whole CTA: a CTA per row sized to the row, not rounded up to a power of two); every
  * thread of the group gets the same sum. G <= 32: shuffles only. Larger groups add their

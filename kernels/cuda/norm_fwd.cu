@@ -218,7 +218,7 @@ template <typename T, Out OUT> struct Epi {
 /* LayerNorm's statistics in two passes over the thread's elements, which each(f) visits
  * (f(x) per element as fp32; nothing for a thread of an inactive row): the mean, then the
  * mean square about it, each summed over the row by sum(v, k) (k: the pass, 0 or 1; every
- * thread calls it the same number of times): the group's (group_reduce) or the slab's
+ * thread calls it the same number of times): a warp's shuffles, group_reduce or the slab's
  * cluster's. Two passes, as the reference: the one-pass E[x^2] - E[x]^2 loses the variance of
  * rows whose mean is large against their spread. */
 template <typename Each, typename Sum>
@@ -235,10 +235,55 @@ __device__ __forceinline__ Stats ln_stats_by(const FwdArgs &a, Each each, Sum su
   return Stats{mu, rsqrtf(sum(v, 1) * a.inv_n + a.eps)};
 }
 
-template <typename Each>
+/* The same over a group of G threads (group_reduce's groups). With MERGE, up to a warp: both
+ * passes summed by shuffles; wider: each warp takes the two passes over its own elements (sum
+ * and count, then the squares about the warp's mean m_w), and one exchange through shared
+ * memory merges the warps exactly, M2 = sum over warps of M2_w + n_w (m_w - mean)^2 (Chan,
+ * Golub and LeVeque): one barrier a row instead of a reduction's per pass, for a count summed
+ * by one REDUX and a division. Every thread of a group adds the same values in the same
+ * butterfly, so all get the same bits. Without MERGE (threads of one pack, where the two
+ * reductions measured faster, and the looping kernel, not measured with it): group_reduce per
+ * pass. */
+template <bool MERGE, typename Each>
 __device__ __forceinline__ Stats ln_stats(const FwdArgs &a, Each each, int G, float (*red)[32], int &parity)
 {
-  return ln_stats_by(a, each, [&](float v, int) { return group_reduce(v, G, red, parity); });
+  if constexpr (!MERGE)
+    return ln_stats_by(a, each, [&](float v, int) { return group_reduce(v, G, red, parity); });
+  if (G <= 32)
+    return ln_stats_by(a, each, [&](float v, int) { return group_sum(v, G); });
+  __shared__ float4 part[2][32];
+  float s = 0.f;
+  unsigned c = 0;
+  each([&](float x) {
+    s += x;
+    c++;
+  });
+  const float2 sc = make_float2(group_sum(s, 32), (float)warp_total(c));
+  const float mw = sc.y > 0.f ? sc.x / sc.y : 0.f;
+  float q = 0.f;
+  each([&](float x) {
+    const float d = x - mw;
+    q += d * d;
+  });
+  q = group_sum(q, 32);
+  if ((threadIdx.x & 31) == 0)
+    part[parity][threadIdx.x >> 5] = make_float4(sc.x, sc.y, q, mw);
+  __syncthreads();
+  /* lane l of the group takes warp l's part (zero past the last warp of a whole CTA whose
+   * warp count is not a power of two), as group_reduce's second stage */
+  const int warps = G >> 5;
+  int width = warps;
+  float4 p;
+  if (warps & (warps - 1)) {
+    width = 1 << (32 - __clz(warps - 1));
+    const int l = threadIdx.x & (width - 1);
+    p = l < warps ? part[parity][l] : make_float4(0.f, 0.f, 0.f, 0.f);
+  } else {
+    p = part[parity][((threadIdx.x & ~(G - 1)) >> 5) + (threadIdx.x & (warps - 1))];
+  }
+  parity ^= 1;
+  const float mu = group_sum(p.x, width) * a.inv_n, d = p.w - mu;
+  return Stats{mu, rsqrtf(group_sum(fmaf(p.y * d, d, p.z), width) * a.inv_n + a.eps)};
 }
 
 /* The thread's elements of a row held in packs, as ln_stats visits them: converted again in
@@ -409,7 +454,9 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
 }
 
 /* The statistics of a row held in packs: RMSNorm's sum of squares (after add_rmsnorm's
- * residual add), LayerNorm's two passes. */
+ * residual add), LayerNorm's two passes, merged by warps from 2 packs a thread (ln_stats; the
+ * one-row and the pipelined kernels alike, so that a strategy's fallback from one to the other
+ * gives the same bits). */
 template <typename T, int VEC, int ITEMS, Norm NORM, bool RES>
 __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool active, int lane, int G,
                                            int nvec, Pack<T, VEC> (&xv)[ITEMS],
@@ -417,7 +464,7 @@ __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool a
                                            int &parity, bool stores)
 {
   if constexpr (NORM == Norm::LN) {
-    return ln_stats(a, held(xv, active, lane, G, nvec), G, red, parity);
+    return ln_stats<(ITEMS > 1)>(a, held(xv, active, lane, G, nvec), G, red, parity);
   } else {
     float ss = 0.f;
     if (active) {
@@ -628,7 +675,7 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, staged_min_ctas(NORM)) fwd_s
   copy_wait(0);
   Stats st;
   if constexpr (NORM == Norm::LN) {
-    st = ln_stats(a, strided<T, VEC>(nvec, [xs](int v) { return xs[v]; }), blockDim.x, red, parity);
+    st = ln_stats<true>(a, strided<T, VEC>(nvec, [xs](int v) { return xs[v]; }), blockDim.x, red, parity);
   } else {
     float ss = 0.f;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
@@ -795,8 +842,8 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a, FwdOut o)
     const int64_t src_stride = a.res ? a.sres_out : a.sx;
     Stats st;
     if constexpr (NORM == Norm::LN) {
-      st = ln_stats(a, strided<T, VEC>(nvec, [&a, row](int v) { return load<T, VEC, false>(a.x, row, a.sx, v); }),
-                    blockDim.x, red, parity);
+      st = ln_stats<false>(a, strided<T, VEC>(nvec, [&a, row](int v) { return load<T, VEC, false>(a.x, row, a.sx, v); }),
+                           blockDim.x, red, parity);
     } else {
       float ss = 0.f;
       for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
