@@ -241,9 +241,9 @@ __device__ __forceinline__ Stats ln_stats_by(const FwdArgs &a, Each each, Sum su
  * memory merges the warps exactly, M2 = sum over warps of M2_w + n_w (m_w - mean)^2 (Chan,
  * Golub and LeVeque): one barrier a row instead of a reduction's per pass, for a count summed
  * by one REDUX and a division. Every thread of a group adds the same values in the same
- * butterfly, so all get the same bits. Without MERGE (threads of one pack, where the two
- * reductions measured faster, and the looping kernel, not measured with it): group_reduce per
- * pass. */
+ * butterfly, so all get the same bits. Without MERGE (threads of one pack and an fp8 y,
+ * where the two reductions measured faster, and the looping kernel, not measured with it):
+ * group_reduce per pass. */
 template <bool MERGE, typename Each>
 __device__ __forceinline__ Stats ln_stats(const FwdArgs &a, Each each, int G, float (*red)[32], int &parity)
 {
@@ -454,17 +454,15 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
 }
 
 /* The statistics of a row held in packs: RMSNorm's sum of squares (after add_rmsnorm's
- * residual add), LayerNorm's two passes, merged by warps from 2 packs a thread (ln_stats; the
- * one-row and the pipelined kernels alike, so that a strategy's fallback from one to the other
- * gives the same bits). */
-template <typename T, int VEC, int ITEMS, Norm NORM, bool RES>
+ * residual add), LayerNorm's two passes (ln_stats, merged by warps where MERGE). */
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool MERGE>
 __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool active, int lane, int G,
                                            int nvec, Pack<T, VEC> (&xv)[ITEMS],
                                            const Pack<T, VEC> (&rv)[ITEMS], float (*red)[32],
                                            int &parity, bool stores)
 {
   if constexpr (NORM == Norm::LN) {
-    return ln_stats<(ITEMS > 1)>(a, held(xv, active, lane, G, nvec), G, red, parity);
+    return ln_stats<MERGE>(a, held(xv, active, lane, G, nvec), G, red, parity);
   } else {
     float ss = 0.f;
     if (active) {
@@ -482,8 +480,10 @@ __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool a
 
 /* One row: residual add (add_rmsnorm: h = round(x + res) to res_out, which may be res
  * itself: this thread read the element before overwriting it), the row's statistics summed
- * over the group (every thread of the CTA calls this the same number of times), y, rstd and
- * (LayerNorm) the mean. */
+ * over the group (every thread of the CTA calls this the same number of times; LayerNorm's
+ * merged by warps from 2 packs a thread unless y is fp8, in the one-row and the pipelined
+ * kernels alike, so that a strategy's fallback from one to the other gives the same bits), y,
+ * rstd and (LayerNorm) the mean. */
 template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, Out OUT>
 __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_t row, bool active,
                                         int lane, int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
@@ -491,8 +491,9 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
                                         Affine<T, VEC, ITEMS, NORM> &wt, float (*red)[32],
                                         int &parity)
 {
-  const Stats st = row_stats<T, VEC, ITEMS, NORM, RES>(a, row, active, lane, G, nvec, xv, rv, red,
-                                                       parity, e.stores());
+  constexpr bool merge = ITEMS > 1 && !out_fp8(OUT);
+  const Stats st = row_stats<T, VEC, ITEMS, NORM, RES, merge>(a, row, active, lane, G, nvec, xv, rv,
+                                                              red, parity, e.stores());
   if (!active)
     return;
 #pragma unroll
@@ -675,7 +676,8 @@ __global__ void __launch_bounds__(STAGED_MAX_BLOCK, staged_min_ctas(NORM)) fwd_s
   copy_wait(0);
   Stats st;
   if constexpr (NORM == Norm::LN) {
-    st = ln_stats<true>(a, strided<T, VEC>(nvec, [xs](int v) { return xs[v]; }), blockDim.x, red, parity);
+    st = ln_stats<!out_fp8(OUT)>(a, strided<T, VEC>(nvec, [xs](int v) { return xs[v]; }), blockDim.x, red,
+                                 parity);
   } else {
     float ss = 0.f;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
