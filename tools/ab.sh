@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# A/B of two builds in one session: the working tree against a base revision, one command run
+# with each build in turn (A B A B ...), so that a kernel change is judged on the same GPU in
+# the same call, the way docs/kernels.md ("Measuring") asks.
+#
+#   tools/ab.sh [--base REV] [--rounds N] [--label A,B] -- COMMAND [ARGS...]
+#
+# A is REV (default HEAD) built in a worktree of its own, B the working tree as it is (its
+# uncommitted changes included). COMMAND runs from the repository root with NORMLAB_BUILD set
+# to the build and every "{build}" in its arguments replaced by the build's folder, e.g.
+#   tools/ab.sh --base HEAD~1 --rounds 2 -- {build}/normlab experiments/fwd_sweep.lua \
+#       --op layernorm --device cuda --graph --no-check --M 4096 --markdown '$OUT/{label}{round}.md'
+# "{label}" and "{round}" are replaced too. Each run's output goes to $OUT/ab-<label><round>.log
+# and to stdout under a header. Builds: $AB_DIR/a and $AB_DIR/b (AB_DIR default
+# /tmp/normlab-ab), Release, CUDA architectures from NL_CUDA_ARCHS (default 90) where nvcc is
+# found, AB_CMAKE_ARGS added (e.g. -DNL_CUDA=OFF for a CPU-only A/B); a build left there by an
+# earlier call of the same session is only brought up to date.
+set -euo pipefail
+base=HEAD rounds=1 labels=a,b
+while [ $# -gt 0 ]; do
+  case $1 in
+    --base) base=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --label) labels=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "tools/ab.sh: unknown option '$1' (usage: tools/ab.sh [--base REV] [--rounds N] [--label A,B] -- COMMAND ...)" >&2; exit 2 ;;
+  esac
+done
+[ $# -gt 0 ] || { echo "tools/ab.sh: no command after --" >&2; exit 2; }
+case $rounds in ''|*[!0-9]*|0) echo "tools/ab.sh: --rounds wants a positive integer, got '$rounds'" >&2; exit 2 ;; esac
+la=${labels%%,*} lb=${labels#*,}
+[ -n "$la" ] && [ -n "$lb" ] && [ "$la" != "$labels" ] || { echo "tools/ab.sh: --label wants two names, A,B" >&2; exit 2; }
+
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+rev=$(git rev-parse --verify -q "$base^{commit}") || { echo "tools/ab.sh: no revision '$base'" >&2; exit 2; }
+AB_DIR=${AB_DIR:-/tmp/normlab-ab}
+OUT=${OUT:-/tmp/normlab-out}
+mkdir -p "$AB_DIR" "$OUT"
+
+cuda_flags=()
+if command -v nvcc > /dev/null; then
+  cuda_flags=(-DCMAKE_CUDA_ARCHITECTURES="${NL_CUDA_ARCHS:-90}")
+fi
+generator=()
+command -v ninja > /dev/null && generator=(-G Ninja)
+read -r -a extra <<< "${AB_CMAKE_ARGS:-}"
+
+# build SRC DIR: configure once, then bring the build up to date
+build() {
+  local src=$1 dir=$2
+  [ -f "$dir/CMakeCache.txt" ] ||
+    cmake -S "$src" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}" "${extra[@]}" > "$dir.cmake.log" 2>&1 ||
+    { echo "tools/ab.sh: cmake failed for $src (see $dir.cmake.log)" >&2; exit 1; }
+  cmake --build "$dir" -j "$(nproc)" > "$dir.build.log" 2>&1 ||
+    { tail -30 "$dir.build.log" >&2; echo "tools/ab.sh: the build of $src failed" >&2; exit 1; }
+}
+
+# A: the base revision in its own worktree, moved to REV if an earlier call left another one
+wt=$AB_DIR/src-a
+if [ -d "$wt" ]; then
+  git -C "$wt" checkout -q --detach "$rev"
+else
+  git worktree add -q --detach "$wt" "$rev"
+fi
+echo "== A ($la): $(git log -1 --format='%h %s' "$rev")"
+build "$wt" "$AB_DIR/a"
+echo "== B ($lb): the working tree ($(git log -1 --format='%h' HEAD)$(git diff --quiet HEAD || echo ' + uncommitted changes'))"
+build "$root" "$AB_DIR/b"
+
+status=0
+for ((r = 1; r <= rounds; r++)); do
+  for side in a b; do
+    label=$([ $side = a ] && echo "$la" || echo "$lb")
+    dir=$AB_DIR/$side
+    args=()
+    for x in "$@"; do
+      x=${x//\{build\}/$dir}
+      x=${x//\{label\}/$label}
+      x=${x//\{round\}/$r}
+      args+=("${x//\$OUT/$OUT}")
+    done
+    log=$OUT/ab-$label$r.log
+    echo "== $label, round $r: ${args[*]}"
+    if NORMLAB_BUILD=$dir "${args[@]}" > "$log" 2>&1; then cat "$log"; else
+      status=1; cat "$log"; echo "== $label, round $r failed"
+    fi
+  done
+done
+exit $status
