@@ -14,7 +14,8 @@
 # and to stdout under a header. Builds: $AB_DIR/a and $AB_DIR/b (AB_DIR default
 # /tmp/normlab-ab), Release, CUDA architectures from NL_CUDA_ARCHS (default 90) where nvcc is
 # found, AB_CMAKE_ARGS added (e.g. -DNL_CUDA=OFF for a CPU-only A/B); a build left there by an
-# earlier call of the same session is only brought up to date.
+# earlier call of the same session is only brought up to date. It needs the repository's git
+# history where it runs (the base is checked out with `git worktree`).
 set -euo pipefail
 base=HEAD rounds=1 labels=a,b
 while [ $# -gt 0 ]; do
