@@ -165,8 +165,8 @@ for _, pass in ipairs(passes) do
 end
 -- The forwards' fp8 y (delayed with amax, current: the amax launch, then y) and the
 -- strategy's own yt (strided, or the slab's fused tile; fp8 and x's dtype), every strategy of
--- every op, on shapes of each kernel: sub-warp rows,
--- one-row CTAs, the element path, the looping kernel (70000 columns).
+-- every op, on shapes of each kernel: sub-warp rows, one-row CTAs, the element path, the
+-- looping kernel (70000 columns).
 for _, s in ipairs({{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {2, 70000}}) do
   local x = dev:randn(s, "bf16", {seed = 11})
   local res = dev:randn(s, "bf16", {seed = 12})
