@@ -32,23 +32,36 @@
 
 namespace nlk {
 
-/* The kernels' one argument. At most 128 bytes, hence the narrow fields: a larger struct is
- * read through a pointer to the parameter space, and ptxas then holds more registers (47
- * instead of 40 in the one-row kernel at 2 packs: a resident CTA fewer per SM). */
+/* The kernels' one argument: 112 bytes, two 64-byte lines of the constant cache (kernel
+ * arguments start at offset 0x210 on sm_90), hence the narrow fields. Every launch starts
+ * with both lines cold, and the kernels' first loads are `group` and `pdl`, one in each, so
+ * that one round trip brings every field in; what the one-row kernels read up to their x
+ * load sits in the first line with `group` (x, sx, N), the fields of RMSNorm's epilogue
+ * there too or in the second line. Larger structs are read through a pointer to the
+ * parameter space, and ptxas then holds more registers (47 instead of 40 in the one-row
+ * kernel at 2 packs: a resident CTA fewer per SM). Row strides are int32 (fwd_supports
+ * refuses wider ones; with one row the stride is unused and passed as 0). */
 struct FwdArgs {
-  const void *x, *res, *w, *b;
-  void *y, *res_out;
-  float *rstd, *mean;
-  int64_t sx, sres, sy, sres_out;
-  int64_t M;
-  int N;
+  /* first line: 0x210 .. 0x23f */
+  const void *x, *w;
+  void *y;
+  float *rstd;
+  int32_t sx, sy, N;
   int16_t group;
-  int8_t stages, cast;
-  bool wf32, bf32, pdl;
+  int8_t cast;
   bool pair; /* llama casting, weights of x's dtype, no offset: y by packed multiplies */
+  /* second line: 0x240 .. 0x27f */
+  int64_t M;
+  const void *res, *b;
+  void *res_out;
+  float *mean;
+  int32_t sres, sres_out;
   float offset, eps, inv_n; /* inv_n: 1 / N, from the host */
+  bool pdl, wf32, bf32;
+  int8_t stages;
 };
-static_assert(sizeof(FwdArgs) <= 128, "FwdArgs outgrew 128 bytes");
+static_assert(sizeof(FwdArgs) == 112 && offsetof(FwdArgs, M) == 48,
+              "FwdArgs: two 64-byte lines from offset 0x210, group in the first, pdl in the second");
 
 /* Current scaling's two launches of one kernel, and delayed scaling's one (FwdOut.pass). */
 enum FwdPass : int8_t { PASS_DELAYED = 0, PASS_AMAX = 1, PASS_Y = 2 };
@@ -1118,13 +1131,15 @@ int run(nlk_norm *k, const Candidates &cands)
   if (p.rows == Rows::SLAB)
     grid = (k->M + p.slab_rows - 1) / p.slab_rows * p.cluster;
   const bool ln = norm_of(k) == Norm::LN;
-  FwdArgs a{.x = k->x, .res = k->res, .w = k->w, .b = ln ? k->b : NULL, .y = k->y,
-            .res_out = k->res_out, .rstd = k->rstd, .mean = ln ? k->mean : NULL, .sx = k->sx,
-            .sres = k->sres, .sy = k->sy, .sres_out = k->sres_out, .M = k->M, .N = (int)k->N,
-            .group = (int16_t)p.c.group, .stages = (int8_t)p.stages, .cast = (int8_t)k->cast,
-            .wf32 = k->wdt == NLK_F32, .bf32 = k->bdt == NLK_F32, .pdl = k->pdl != 0,
+  /* one row: its stride is never used (and may be wider than int32) */
+  auto stride = [k](int64_t s) { return k->M > 1 ? (int32_t)s : 0; };
+  FwdArgs a{.x = k->x, .w = k->w, .y = k->y, .rstd = k->rstd, .sx = stride(k->sx), .sy = stride(k->sy),
+            .N = (int32_t)k->N, .group = (int16_t)p.c.group, .cast = (int8_t)k->cast,
             .pair = !ln && k->cast == NLK_CAST_LLAMA && k->w && k->wdt == k->dt && k->offset == 0.f,
-            .offset = k->offset, .eps = k->eps, .inv_n = 1.f / (float)k->N};
+            .M = k->M, .res = k->res, .b = ln ? k->b : NULL, .res_out = k->res_out,
+            .mean = ln ? k->mean : NULL, .sres = stride(k->sres), .sres_out = stride(k->sres_out),
+            .offset = k->offset, .eps = k->eps, .inv_n = 1.f / (float)k->N, .pdl = k->pdl != 0,
+            .wf32 = k->wdt == NLK_F32, .bf32 = k->bdt == NLK_F32, .stages = (int8_t)p.stages};
   const bool fp8 = nlk_is_fp8(k->ydt), current = fp8 && k->scaling == NLK_SCALING_CURRENT;
   FwdOut o{.scale = fp8 ? k->scale : NULL, .amax = fp8 ? k->amax : NULL, .yt = k->yt, .syt = k->syt,
            .slab_cols = p.slab_cols, .slab_rows = (int16_t)p.slab_rows, .pass = PASS_DELAYED};
@@ -1184,6 +1199,20 @@ int staged_supports(const nlk_norm *k, char *why, size_t cap)
   return NLK_ERR_UNSUPPORTED;
 }
 
+/* Every strategy's own limit, after FwdArgs' int32 row strides (unused with one row). */
+template <int (*LIMIT)(const nlk_norm *, char *, size_t)>
+int fwd_supports(const nlk_norm *k, char *why, size_t cap)
+{
+  const int64_t strides[] = {k->sx, k->sy, k->res ? k->sres : 0, k->res ? k->sres_out : 0};
+  for (const int64_t s : strides)
+    if (k->M > 1 && s > INT32_MAX) {
+      snprintf(why, cap, "a row stride of %lld elements is above the forward kernels' limit of %d",
+               (long long)s, INT32_MAX);
+      return NLK_ERR_UNSUPPORTED;
+    }
+  return LIMIT(k, why, cap);
+}
+
 } // namespace
 
 #endif
@@ -1193,11 +1222,11 @@ int staged_supports(const nlk_norm *k, char *why, size_t cap)
 #ifndef NLK_INSTANCE
 
 extern "C" const nlk_strategy nlk_cuda_fwd[] = {
-  {"row", NLK_FWD, nlk::launch_row, NULL, nlk::max_n_supports},
-  {"blockrow", NLK_FWD, nlk::launch_blockrow, NULL, nlk::warp_row_supports},
-  {"persistent", NLK_FWD, nlk::launch_persistent, NULL, nlk::max_n_supports},
-  {"staged", NLK_FWD, nlk::launch_staged, NULL, nlk::staged_supports},
-  {"slab", NLK_FWD, nlk::launch_slab, NULL, nlk::slab_supports},
+  {"row", NLK_FWD, nlk::launch_row, NULL, nlk::fwd_supports<nlk::max_n_supports>},
+  {"blockrow", NLK_FWD, nlk::launch_blockrow, NULL, nlk::fwd_supports<nlk::warp_row_supports>},
+  {"persistent", NLK_FWD, nlk::launch_persistent, NULL, nlk::fwd_supports<nlk::max_n_supports>},
+  {"staged", NLK_FWD, nlk::launch_staged, NULL, nlk::fwd_supports<nlk::staged_supports>},
+  {"slab", NLK_FWD, nlk::launch_slab, NULL, nlk::fwd_supports<nlk::slab_supports>},
   {NULL, 0, NULL, NULL, NULL},
 };
 
