@@ -424,6 +424,60 @@ describe("CUDA ops #cuda", function()
     end)
   end)
 
+  -- The one-row forward kernels with the row's threads compiled in (rmsnorm.fwd.fixed_lanes_max,
+  -- 4 to 32 lanes, 16-byte packs, y in x's dtype): run info names the instance (its last
+  -- template argument, 0 for the general kernel), and y, rstd, the mean and residual_out are
+  -- the general kernel's bits. The grid above runs them against the reference.
+  it_cuda("lanes compiled in: the general kernel's bits, the instance named in run info", function()
+    local function lanes_of(info)
+      return tonumber(info.kernel:match("^fwd_one<.*, (%d+)>$"))
+    end
+    local seen = {}
+    for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "fp32", offset = LN_OFFSET}}) do
+      for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
+        for _, s in ipairs({{1, 64}, {7, 256}, {4099, 32}, {4099, 128}, {199, 512}, {37, 1024}, {33, 96}}) do
+          local p = problem(s[1], s[2], dtype, o)
+          for _, v in ipairs({"row", "blockrow", "persistent"}) do
+            for _, early in ipairs({0, 2 ^ 24}) do
+              local outs = {}
+              for _, max in ipairs({32, 0}) do
+                local a = fwd_args(p)
+                a.y, a.rstd = poisoned({p.M, p.N}, p.dtype), poisoned({p.M}, "fp32")
+                a.mean = p.op == "layernorm" and poisoned({p.M}, "fp32") or nil
+                a.residual_out = p.add and poisoned({p.M, p.N}, p.dtype) or nil
+                local info
+                with_settings({["rmsnorm.fwd.fixed_lanes_max"] = max, ["rmsnorm.fwd.early_weight_max_n"] = early,
+                  ["rmsnorm.fwd.blockrow_group_min_m"] = 4096, ["rmsnorm.fwd.blockrow_group"] = 4,
+                  ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.fwd.stages"] = 4}, function()
+                  info = nl.run(p.op .. ".fwd." .. v, a)
+                end)
+                local lanes = lanes_of(info)
+                if max == 0 then
+                  assert(lanes == nil or lanes == 0, info.kernel)
+                elseif lanes and lanes > 0 then
+                  seen[lanes] = true
+                end
+                outs[#outs + 1] = a
+              end
+              for _, name in ipairs({"y", "rstd", "mean", "residual_out"}) do
+                local a, b = outs[1][name], outs[2][name]
+                if a then
+                  local cmp = nl.compare(a, b, {atol = 0, rtol = 0})
+                  assert(cmp.max_abs == 0 and cmp.n_nan == 0, string.format("%s early=%d: %s "
+                    .. "differs with lanes compiled in: %s", label(p, v, "fwd"), early, name, tostring(cmp)))
+                end
+                free(a, b)
+              end
+            end
+          end
+          release(p)
+        end
+      end
+    end
+    -- blockrow at 32 / 64 / 128 / 256 bf16 columns (4 to 32 lanes), row's single warp
+    assert.are.same({[4] = true, [8] = true, [16] = true, [32] = true}, seen)
+  end)
+
   it_cuda("add_rmsnorm forward and backward, with the residual gradient", function()
     check_weight_grid({"bf16", "fp32"}, {{1, 7}, {37, 1023}, {199, 4096}, {7, 65536}, {4099, 512}},
       {"x", "none"}, {"llama"}, function() return true end)

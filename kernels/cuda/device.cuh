@@ -255,14 +255,31 @@ __device__ __forceinline__ V group_reduce(V v, int G, V (*red)[32], int &parity)
   return v;
 }
 
+__host__ __device__ constexpr int log2_of(int v) { return v > 1 ? 1 + log2_of(v >> 1) : 0; }
+
 /* A CTA's threads in groups of G that share a row (a power of two, or the whole CTA): the
  * thread's lane in its group, its group's index in the CTA and the groups per CTA, by shifts
  * (a division by a runtime G costs some twenty instructions before the first load can
  * issue). any_cta false: a power of two (the grid-stride kernels). */
+template <int LANES> using Lanes = std::integral_constant<int, LANES>;
+
 struct Group {
   int G, lane, idx, per_cta;
-  __device__ __forceinline__ explicit Group(int G_, bool any_cta = true) : G(G_)
+  /* LANES > 0: groups of LANES threads fixed at compile time (a power of two: the one-row
+   * kernels' compiled lanes), whose shifts are constants and whose G, propagated into every
+   * helper, unrolls the group's sums into shuffles alone; G_ is not read. */
+  template <int LANES = 0>
+  __device__ __forceinline__ explicit Group(int G_, bool any_cta = true, Lanes<LANES> = {})
   {
+    if constexpr (LANES > 0) {
+      static_assert((LANES & (LANES - 1)) == 0, "compiled lanes: a power of two");
+      G = LANES;
+      lane = threadIdx.x & (LANES - 1);
+      idx = threadIdx.x >> log2_of(LANES);
+      per_cta = blockDim.x >> log2_of(LANES);
+      return;
+    }
+    G = G_;
     if (any_cta && G_ == (int)blockDim.x) {
       lane = threadIdx.x;
       idx = 0;

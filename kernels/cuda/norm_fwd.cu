@@ -95,13 +95,17 @@ __host__ __device__ constexpr bool out_yt(Out o) { return o == Out::SAME || o ==
  * again from L1 after the reduction (RELOAD). */
 enum class Hold { X, EARLY_W, RELOAD };
 
-/* Everything that selects a forward kernel besides the dtype, the pack width and the norm. */
+/* Everything that selects a forward kernel besides the dtype, the pack width and the norm.
+ * lanes: the one-row kernels' threads per row compiled in (0: read from FwdArgs.group);
+ * instances exist for 4, 8, 16 and 32 lanes with 16-byte packs and a PLAIN y, and a key
+ * that asks for any other finds no kernel. */
 struct FwdKernel {
   Rows rows;
   int items;
   Hold hold;
   bool res;
   Out out;
+  int lanes;
 };
 
 /* The kernel for a key, from the translation unit that instantiates T, VEC and NORM; NULL
@@ -533,14 +537,16 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
  * for it, and LayerNorm measured no faster with its weight and bias held) together with x,
  * its latency hidden behind x's, and held in registers across the reduction; x then loads
  * with the default policy, which measured faster there. Outputs other than PLAIN hold the
- * weight as X does. */
-template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT>
+ * weight as X does. LANES > 0: the group's size compiled in (rows of a warp or less), which
+ * takes the prologue from 54 PTX instructions before x's load to 32 and leaves no branch on
+ * the group's size; small rows are where that prologue is a row's cost. */
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT, int LANES = 0>
 __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS : FWD_LIMITS).ctas(ITEMS))
     fwd_one(FwdArgs a, FwdOut o)
 {
   pdl_begin(a.pdl);
   Epi<T, OUT> e(o);
-  const Group g(a.group);
+  const Group g(a.group, true, Lanes<LANES>{});
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
   const int64_t row = g.one_row();
   const bool active = row < a.M;
@@ -893,6 +899,24 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a, FwdOut o)
 
 } // namespace
 
+/* fwd_one with `lanes` threads per row compiled in, or the general kernel for lanes 0; NULL
+ * where no such instance is compiled. */
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT>
+const void *one_kernel(int lanes)
+{
+  if (lanes == 0)
+    return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT>;
+  if constexpr (VEC * sizeof(T) == 16 && OUT == Out::PLAIN) {
+    switch (lanes) {
+    case 4: return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT, 4>;
+    case 8: return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT, 8>;
+    case 16: return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT, 16>;
+    case 32: return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT, 32>;
+    }
+  }
+  return NULL;
+}
+
 /* RES picks add_rmsnorm's kernels, which exist for RMSNorm only; the early weight and the
  * reload are RMSNorm's PLAIN output's (the host asks Hold::X for the others). */
 template <typename T, int VEC, Norm NORM, bool RES, Out OUT> const void *fwd_kernel_of(const FwdKernel &key)
@@ -915,11 +939,12 @@ template <typename T, int VEC, Norm NORM, bool RES, Out OUT> const void *fwd_ker
       if (key.rows == Rows::STRIDE)
         kp = (const void *)fwd_stride<T, VEC, IT, NORM, RES, OUT>;
       else if constexpr (RES || NORM == Norm::LN || OUT != Out::PLAIN)
-        kp = (const void *)fwd_one<T, VEC, IT, NORM, RES, false, OUT>;
+        kp = one_kernel<T, VEC, IT, NORM, RES, false, OUT>(key.lanes);
+      else if (key.hold == Hold::RELOAD)
+        kp = key.lanes ? NULL : (const void *)fwd_reload<T, VEC, IT>;
       else
-        kp = key.hold == Hold::RELOAD    ? (const void *)fwd_reload<T, VEC, IT>
-             : key.hold == Hold::EARLY_W ? (const void *)fwd_one<T, VEC, IT, NORM, false, true, OUT>
-                                         : (const void *)fwd_one<T, VEC, IT, NORM, false, false, OUT>;
+        kp = key.hold == Hold::EARLY_W ? one_kernel<T, VEC, IT, NORM, false, true, OUT>(key.lanes)
+                                       : one_kernel<T, VEC, IT, NORM, false, false, OUT>(key.lanes);
       return 0;
     });
     return kp;
@@ -1039,7 +1064,7 @@ int slab_plan(const nlk_norm *k, FwdPlan *p, char *why, size_t cap)
   }
   p->slab_rows = R;
   p->c = RowCfg{vec, 1, B, B, 0};
-  const FwdKernel key{Rows::SLAB, 1, Hold::X, k->res != NULL, out_of(k)};
+  const FwdKernel key{Rows::SLAB, 1, Hold::X, k->res != NULL, out_of(k), 0};
   p->kernel = with_norm(k, [&](auto N) { return fwd_kernel<T, 16 / sizeof(T), decltype(N)::value>(key); });
   cudaError_t e = p->kernel ? allow_smem(k, p->kernel, p->smem, true) : cudaErrorInvalidValue;
   if (e == cudaSuccess && p->cluster > 8)
@@ -1100,10 +1125,22 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
     if (!p->c.items)
       return false;
   }
-  const FwdKernel key{rows, p->c.items, hold_of(k), k->res != NULL, out_of(k)};
-  p->kernel = with_norm(k, [&](auto N) {
-    return with_vec<T>(p->c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
-  });
+  /* one-row groups of a power of two up to fixed_lanes_max threads: the kernel with that
+   * count compiled in where one exists, the general one otherwise */
+  const bool one = rows == Rows::CTA || rows == Rows::WARP || rows == Rows::GROUPS;
+  const int g = p->c.group;
+  FwdKernel key{rows, p->c.items, hold_of(k), k->res != NULL, out_of(k),
+                one && !(g & (g - 1)) && g <= k->fwd.fixed_lanes_max ? g : 0};
+  auto kernel = [&] {
+    return with_norm(k, [&](auto N) {
+      return with_vec<T>(p->c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
+    });
+  };
+  p->kernel = kernel();
+  if (!p->kernel && key.lanes) {
+    key.lanes = 0;
+    p->kernel = kernel();
+  }
   return p->kernel && allow_smem(k, p->kernel, p->smem) == cudaSuccess;
 }
 
