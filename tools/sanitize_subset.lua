@@ -1,9 +1,8 @@
 -- A representative subset of the CUDA kernels for compute-sanitizer (memcheck, racecheck):
 -- every registered CUDA strategy of rmsnorm, add_rmsnorm and layernorm (auto aside: it runs
--- one of the others), forward and backward, on shapes that reach each code
--- path (vector and scalar packs, one and several rows per CTA, rows of 8 to 32 threads
--- compiled in, the looping kernels, the
--- backward's split path with several rows per chunk (64 x 40000 bf16), the fused grid
+-- one of the others), forward and backward, on shapes that reach each code path (vector and
+-- scalar packs, one and several rows per CTA, rows of 8 to 32 threads compiled in, the
+-- looping kernels, the backward's split path with several rows per chunk (64 x 40000 bf16), the fused grid
 -- reduction, clusters summing dW in distributed shared memory or sharing rows, the cp.async
 -- pipelines, atomics, in place), and the transpose op (every CUDA strategy: copies, fp8 casts
 -- with amax, current scaling's amax pass, odd and strided shapes that take the element path,

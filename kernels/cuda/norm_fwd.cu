@@ -97,8 +97,8 @@ enum class Hold { X, EARLY_W, RELOAD };
 
 /* Everything that selects a forward kernel besides the dtype, the pack width and the norm.
  * lanes: the one-row kernels' threads per row compiled in (0: read from FwdArgs.group);
- * instances exist for 4, 8, 16 and 32 lanes with 16-byte packs and a PLAIN y, and a key
- * that asks for any other finds no kernel. */
+ * instances exist for 4, 8, 16 and 32 lanes with 16-byte packs, a PLAIN y and the weight
+ * read after the reduction (Hold::X), and a key that asks for any other finds no kernel. */
 struct FwdKernel {
   Rows rows;
   int items;
@@ -900,13 +900,14 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a, FwdOut o)
 } // namespace
 
 /* fwd_one with `lanes` threads per row compiled in, or the general kernel for lanes 0; NULL
- * where no such instance is compiled. */
+ * where no such instance is compiled (the early weight keeps the general kernel: with the
+ * lanes compiled in it lost 1-2% on an H200). */
 template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT>
 const void *one_kernel(int lanes)
 {
   if (lanes == 0)
     return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT>;
-  if constexpr (VEC * sizeof(T) == 16 && OUT == Out::PLAIN) {
+  if constexpr (VEC * sizeof(T) == 16 && OUT == Out::PLAIN && !EARLY) {
     switch (lanes) {
     case 4: return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT, 4>;
     case 8: return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT, 8>;
@@ -1129,8 +1130,9 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
    * count compiled in where one exists, the general one otherwise */
   const bool one = rows == Rows::CTA || rows == Rows::WARP || rows == Rows::GROUPS;
   const int g = p->c.group;
-  FwdKernel key{rows, p->c.items, hold_of(k), k->res != NULL, out_of(k),
-                one && !(g & (g - 1)) && g <= k->fwd.fixed_lanes_max ? g : 0};
+  const Hold hold = hold_of(k);
+  FwdKernel key{rows, p->c.items, hold, k->res != NULL, out_of(k),
+                one && hold == Hold::X && !(g & (g - 1)) && g <= k->fwd.fixed_lanes_max ? g : 0};
   auto kernel = [&] {
     return with_norm(k, [&](auto N) {
       return with_vec<T>(p->c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
