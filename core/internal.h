@@ -31,6 +31,10 @@ typedef struct nl_knobs {
     int64_t blockrow_max_n, blockrow_min_m, blockrow_max_m, row_min_n, narrow_min_m, staged_min_n;
     int64_t persistent_min_m, persistent_min_n;
   } rms_fwd;
+  /* LayerNorm's twins of rms_fwd's, where its best value differs */
+  struct {
+    int64_t row_min_n, staged_min_n;
+  } ln_fwd;
   struct {
     int64_t blockrow_max_n, blockrow_max_m, narrow_max_n, narrow_max_m, partials_min_m, row_max_n;
     int64_t persistent_min_m, fp32_partials_max_n;

@@ -34,13 +34,17 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
  * blockrow_max_m, and for rows narrower than row_min_n from narrow_min_m rows whatever M
  * above that (a CTA per row has a warp or less: with a few rows it still wins, from about a
  * hundred it leaves the SMs idle); then persistent from persistent_min_m rows and
- * persistent_min_n columns, row otherwise. The thresholds come from the H100 crossover
- * (docs/kernels.md). */
+ * persistent_min_n columns, row otherwise. LayerNorm takes its own row_min_n and
+ * staged_min_n (layernorm.fwd.*: its two passes make the row kernel issue-bound sooner). The
+ * thresholds come from the H100 and H200 crossovers (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
-  if (k->N >= kn->rms_fwd.staged_min_n && nl__fits(NL_CUDA, NL_FWD, "staged", k))
+  const int ln = k->op == NLK_LAYERNORM;
+  const int64_t staged_min_n = ln ? kn->ln_fwd.staged_min_n : kn->rms_fwd.staged_min_n;
+  const int64_t row_min_n = ln ? kn->ln_fwd.row_min_n : kn->rms_fwd.row_min_n;
+  if (k->N >= staged_min_n && nl__fits(NL_CUDA, NL_FWD, "staged", k))
     return "staged";
-  const int narrow = k->N < kn->rms_fwd.row_min_n && k->M >= kn->rms_fwd.narrow_min_m;
+  const int narrow = k->N < row_min_n && k->M >= kn->rms_fwd.narrow_min_m;
   if ((narrow || (k->M >= kn->rms_fwd.blockrow_min_m && k->M <= kn->rms_fwd.blockrow_max_m)) &&
       k->N <= kn->rms_fwd.blockrow_max_n && nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
     return "blockrow";
@@ -121,7 +125,7 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "rmsnorm.fwd.blockrow_max_m (below rmsnorm.fwd.row_min_n columns from "                     \
       "rmsnorm.fwd.narrow_min_m rows whatever M), persistent from "                               \
       "rmsnorm.fwd.persistent_min_m rows and rmsnorm.fwd.persistent_min_n columns, row "          \
-      "otherwise", AUTO_LIMITS),                                                                  \
+      "otherwise (LayerNorm: layernorm.fwd.staged_min_n and row_min_n)", AUTO_LIMITS),            \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \
       "fp32 temp and a column-reduce kernel (the old design)", LIMITS),                           \
   BWD(O, OP, "blockrow", PARTIALS | ATOMIC, NL_REDUCE_PARTIALS, NULL, "a warp or less per row, "  \

@@ -723,6 +723,23 @@ describe("CUDA ops #cuda", function()
     with_settings({["rmsnorm.fwd.staged_min_n"] = 1025}, function()
       assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
     end)
+    -- LayerNorm follows its twins of staged_min_n and row_min_n, RMSNorm does not
+    local m, r = cuda:empty({64}, "fp32"), cuda:empty({64}, "fp32")
+    local ln = {x = x, y = y, mean = m, rstd = r, eps = 1e-5}
+    with_settings({["layernorm.fwd.staged_min_n"] = 1024, ["rmsnorm.fwd.staged_min_n"] = 1025}, function()
+      assert.are.equal("layernorm.fwd.staged", nl.resolve("layernorm.fwd.auto", ln))
+      assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+    end)
+    with_settings({["layernorm.fwd.staged_min_n"] = 1025, ["rmsnorm.fwd.staged_min_n"] = 1024}, function()
+      assert.are.equal("layernorm.fwd.row", nl.resolve("layernorm.fwd.auto", ln))
+    end)
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63,
+      ["rmsnorm.fwd.narrow_min_m"] = 64, ["layernorm.fwd.staged_min_n"] = 2 ^ 24,
+      ["layernorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.row_min_n"] = 1024}, function()
+        assert.are.equal("layernorm.fwd.blockrow", nl.resolve("layernorm.fwd.auto", ln))
+        assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+      end)
+    free(m, r)
     local xw, yw = cuda:empty({2, 1048576}, "fp32"), cuda:empty({2, 1048576}, "fp32")
     with_settings({["rmsnorm.fwd.staged_min_n"] = 1024}, function()
       -- 4 MiB rows do not fit: row's looping kernel
