@@ -97,8 +97,9 @@ enum class Hold { X, EARLY_W, RELOAD };
 
 /* Everything that selects a forward kernel besides the dtype, the pack width and the norm.
  * lanes: the one-row kernels' threads per row compiled in (0: read from FwdArgs.group);
- * instances exist for 4, 8, 16 and 32 lanes with 16-byte packs, a PLAIN y and the weight
- * read after the reduction (Hold::X), and a key that asks for any other finds no kernel. */
+ * instances exist for 4, 8, 16 and 32 lanes with 16-byte packs, up to 4 packs a thread, a
+ * PLAIN y and the weight read after the reduction (Hold::X), and a key that asks for any
+ * other finds no kernel. */
 struct FwdKernel {
   Rows rows;
   int items;
@@ -900,14 +901,15 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a, FwdOut o)
 } // namespace
 
 /* fwd_one with `lanes` threads per row compiled in, or the general kernel for lanes 0; NULL
- * where no such instance is compiled (the early weight keeps the general kernel: with the
- * lanes compiled in it lost 1-2% on an H200). */
+ * where no such instance is compiled. Kept to the general kernel, as measured: the early
+ * weight (with the lanes compiled in it lost 1-2% on an H200) and 8 packs a thread (4 lanes x
+ * 8 packs lost 15% for RMSNorm and 24% for LayerNorm at 32768 x 256 on an H100). */
 template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT>
 const void *one_kernel(int lanes)
 {
   if (lanes == 0)
     return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT>;
-  if constexpr (VEC * sizeof(T) == 16 && OUT == Out::PLAIN && !EARLY) {
+  if constexpr (VEC * sizeof(T) == 16 && OUT == Out::PLAIN && !EARLY && ITEMS <= 4) {
     switch (lanes) {
     case 4: return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT, 4>;
     case 8: return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT, 8>;
