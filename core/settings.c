@@ -129,7 +129,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA row and blockrow rmsnorm forward: from this many columns x is read twice, the second time from L1, instead of held in registers across the reduction (0: never; takes precedence over early_weight_max_n)"},
   {.key = "rmsnorm.fwd.fixed_lanes_max", AT(fwd.fixed_lanes_max, I32),
    .def = 32, .min = 0, .max = 32,
-   .doc = "CUDA row, blockrow and persistent's one-row fallback, 16-byte packs, y in x's dtype, the weight read after the reduction (not early_weight_max_n's), up to 4 packs a thread: rows of up to this many threads (a power of two, 4 to 32) run a kernel compiled for that count (constant shifts, a shuffle-only sum, no group read from the arguments); 0: never (bf16, M = 4096, N 64..1024: LayerNorm +4-6% on an H100, +4-8% on an H200; RMSNorm +2-3% at N 64 / 128 on an H100, +4-6% on an H200)"},
+   .doc = "CUDA row, blockrow and persistent's one-row fallback, 16-byte packs, y in x's dtype, the weight read after the reduction (not early_weight_max_n's), up to 4 packs a thread: rows of up to this many threads (a power of two, 4 to 32) run a kernel compiled for that count (constant shifts, a shuffle-only sum, no group read from the arguments); 0: never (bf16, M = 4096, N 64..1024: LayerNorm +4-7% on an H100, +2-8% on an H200; RMSNorm +2-3% at N 64 / 128 on an H100, +4-6% on an H200)"},
   {.key = "rmsnorm.fwd.staged_items", AT(fwd.staged_items, I32),
    .def = 4, .min = 1, .max = 64,
    .doc = "CUDA staged forward: 16-byte packs per thread (threads per CTA = the row's packs / this, 32 to 1024)"},

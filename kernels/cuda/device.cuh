@@ -257,12 +257,13 @@ __device__ __forceinline__ V group_reduce(V v, int G, V (*red)[32], int &parity)
 
 __host__ __device__ constexpr int log2_of(int v) { return v > 1 ? 1 + log2_of(v >> 1) : 0; }
 
+/* A group size known at compile time, as Group's constructor takes it (0: not known). */
+template <int LANES> using Lanes = std::integral_constant<int, LANES>;
+
 /* A CTA's threads in groups of G that share a row (a power of two, or the whole CTA): the
  * thread's lane in its group, its group's index in the CTA and the groups per CTA, by shifts
  * (a division by a runtime G costs some twenty instructions before the first load can
  * issue). any_cta false: a power of two (the grid-stride kernels). */
-template <int LANES> using Lanes = std::integral_constant<int, LANES>;
-
 struct Group {
   int G, lane, idx, per_cta;
   /* LANES > 0: groups of LANES threads fixed at compile time (a power of two: the one-row

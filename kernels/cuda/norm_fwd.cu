@@ -1129,12 +1129,11 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
       return false;
   }
   /* one-row groups of a power of two up to fixed_lanes_max threads: the kernel with that
-   * count compiled in where one exists, the general one otherwise */
+   * count compiled in where one exists (one_kernel), the general one otherwise */
   const bool one = rows == Rows::CTA || rows == Rows::WARP || rows == Rows::GROUPS;
   const int g = p->c.group;
-  const Hold hold = hold_of(k);
-  FwdKernel key{rows, p->c.items, hold, k->res != NULL, out_of(k),
-                one && hold == Hold::X && !(g & (g - 1)) && g <= k->fwd.fixed_lanes_max ? g : 0};
+  FwdKernel key{rows, p->c.items, hold_of(k), k->res != NULL, out_of(k),
+                one && !(g & (g - 1)) && g <= k->fwd.fixed_lanes_max ? g : 0};
   auto kernel = [&] {
     return with_norm(k, [&](auto N) {
       return with_vec<T>(p->c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
