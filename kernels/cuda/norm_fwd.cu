@@ -96,10 +96,8 @@ __host__ __device__ constexpr bool out_yt(Out o) { return o == Out::SAME || o ==
 enum class Hold { X, EARLY_W, RELOAD };
 
 /* Everything that selects a forward kernel besides the dtype, the pack width and the norm.
- * lanes: the one-row kernels' threads per row compiled in (0: read from FwdArgs.group);
- * instances exist for 4, 8, 16 and 32 lanes with 16-byte packs, up to 4 packs a thread, a
- * PLAIN y and the weight read after the reduction (Hold::X), and a key that asks for any
- * other finds no kernel. */
+ * lanes: the one-row kernels' threads per row, to be compiled in where an instance has them
+ * (one_kernel); 0, or no such instance: the general kernel, which reads FwdArgs.group. */
 struct FwdKernel {
   Rows rows;
   int items;
@@ -900,15 +898,14 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a, FwdOut o)
 
 } // namespace
 
-/* fwd_one with `lanes` threads per row compiled in, or the general kernel for lanes 0; NULL
- * where no such instance is compiled. Kept to the general kernel, as measured: the early
+/* fwd_one with `lanes` threads per row compiled in: instances for 4, 8, 16 and 32 lanes with
+ * 16-byte packs, a PLAIN y, the weight read after the reduction and up to 4 packs a thread;
+ * the general kernel for any other key. Kept to the general kernel, as measured: the early
  * weight (with the lanes compiled in it lost 1-2% on an H200) and 8 packs a thread (4 lanes x
  * 8 packs lost 15% for RMSNorm and 24% for LayerNorm at 32768 x 256 on an H100). */
 template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT>
 const void *one_kernel(int lanes)
 {
-  if (lanes == 0)
-    return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT>;
   if constexpr (VEC * sizeof(T) == 16 && OUT == Out::PLAIN && !EARLY && ITEMS <= 4) {
     switch (lanes) {
     case 4: return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT, 4>;
@@ -917,7 +914,7 @@ const void *one_kernel(int lanes)
     case 32: return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT, 32>;
     }
   }
-  return NULL;
+  return (const void *)fwd_one<T, VEC, ITEMS, NORM, RES, EARLY, OUT>;
 }
 
 /* RES picks add_rmsnorm's kernels, which exist for RMSNorm only; the early weight and the
@@ -943,11 +940,10 @@ template <typename T, int VEC, Norm NORM, bool RES, Out OUT> const void *fwd_ker
         kp = (const void *)fwd_stride<T, VEC, IT, NORM, RES, OUT>;
       else if constexpr (RES || NORM == Norm::LN || OUT != Out::PLAIN)
         kp = one_kernel<T, VEC, IT, NORM, RES, false, OUT>(key.lanes);
-      else if (key.hold == Hold::RELOAD)
-        kp = key.lanes ? NULL : (const void *)fwd_reload<T, VEC, IT>;
       else
-        kp = key.hold == Hold::EARLY_W ? one_kernel<T, VEC, IT, NORM, false, true, OUT>(key.lanes)
-                                       : one_kernel<T, VEC, IT, NORM, false, false, OUT>(key.lanes);
+        kp = key.hold == Hold::RELOAD    ? (const void *)fwd_reload<T, VEC, IT>
+             : key.hold == Hold::EARLY_W ? one_kernel<T, VEC, IT, NORM, false, true, OUT>(key.lanes)
+                                         : one_kernel<T, VEC, IT, NORM, false, false, OUT>(key.lanes);
       return 0;
     });
     return kp;
@@ -1128,22 +1124,13 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
     if (!p->c.items)
       return false;
   }
-  /* one-row groups of a power of two up to fixed_lanes_max threads: the kernel with that
-   * count compiled in where one exists (one_kernel), the general one otherwise */
+  /* one-row groups up to fixed_lanes_max threads ask for their count compiled in (one_kernel) */
   const bool one = rows == Rows::CTA || rows == Rows::WARP || rows == Rows::GROUPS;
-  const int g = p->c.group;
-  FwdKernel key{rows, p->c.items, hold_of(k), k->res != NULL, out_of(k),
-                one && !(g & (g - 1)) && g <= k->fwd.fixed_lanes_max ? g : 0};
-  auto kernel = [&] {
-    return with_norm(k, [&](auto N) {
-      return with_vec<T>(p->c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
-    });
-  };
-  p->kernel = kernel();
-  if (!p->kernel && key.lanes) {
-    key.lanes = 0;
-    p->kernel = kernel();
-  }
+  const FwdKernel key{rows, p->c.items, hold_of(k), k->res != NULL, out_of(k),
+                      one && p->c.group <= k->fwd.fixed_lanes_max ? p->c.group : 0};
+  p->kernel = with_norm(k, [&](auto N) {
+    return with_vec<T>(p->c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
+  });
   return p->kernel && allow_smem(k, p->kernel, p->smem) == cudaSuccess;
 }
 
