@@ -2,8 +2,8 @@
 --
 -- nl.tune times every candidate (a variant under one combination of the settings values
 -- given) with nl.bench, which checks each against `ref` first; a candidate whose check failed
--- (or that was skipped) can never win. Per shape bucket (op, pass, dtype, round(log2 M),
--- round(log2 N)) it records the winner with its settings, its margin over the runner-up and
+-- (or that was skipped) can never win. Per shape bucket (op, pass, dtype, log2 M and log2 N
+-- each rounded to a half) it records the winner with its settings, its margin over the runner-up and
 -- every candidate's timing, in a JSON file per device.
 --
 -- `auto` is resolved here, in the Lua layer, before the core is called (dispatch()): the
@@ -23,7 +23,7 @@ local util = require("normlab.util")
 
 local M = {}
 
-M.FORMAT = "normlab-tune/1"
+M.FORMAT = "normlab-tune/2"
 
 local override        -- nil: NORMLAB_TUNE_CACHE or the default place; false: off; a path
 local memo = {}       -- file -> {state =, data =, reason =}, as last read
@@ -198,13 +198,15 @@ end
 
 ---- buckets ----
 
+-- log2 x to the nearest half: half octaves keep apart the widths a power of two does not
+-- divide (12288 from 16384, 96 from 128, 5120 from 4096), whose winners differ.
 local function log2b(x)
-  return math.floor(math.log(x) / math.log(2) + 0.5)
+  return math.floor(2 * math.log(x) / math.log(2) + 0.5) / 2
 end
 
 function M.bucket(op, pass, dtype, rows, cols)
   local mb, nb = log2b(rows), log2b(cols)
-  return string.format("%s.%s.%s.m%d.n%d", op, pass, dtype, mb, nb), mb, nb
+  return string.format("%s.%s.%s.m%g.n%g", op, pass, dtype, mb, nb), mb, nb
 end
 
 -- The entry of the nearest bucket (in log2 M and log2 N) for op, pass and dtype, and its
