@@ -113,8 +113,9 @@ __global__ void __launch_bounds__(TR_THREADS) tr_naive(TrArgs a)
 
 /* ---- tiled ---- */
 
-/* tiled: one CTA per tile_m x tile_n tile (tiles of rows past 65535 CTAs in y: a stride).
- * Load, STAGE (16-byte aligned pointers and strides): every 16-byte chunk of the thread's
+/* tiled: one CTA per tile_m x tile_n tile (tiles of rows past 65535 CTAs in y: a stride),
+ * the last rows' tiles first: a norm's external yt transposes y right after the norm wrote
+ * it, and its last rows are then the ones still in L2 (H100: +2-3% at M = 32768). Load, STAGE (16-byte aligned pointers and strides): every 16-byte chunk of the thread's
  * share of the tile goes global -> shared by cp.async, all in flight at once and holding no
  * registers; the tile keeps x's elements, and the thread then reads its own chunks back for
  * amax and the row-major cast copy y. Otherwise (element by element) the thread loads
@@ -171,8 +172,8 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
         static_cast<TO *>(a.y)[k.i * a.sy + k.j + e] = out.v[e];
   };
 
-  for (int tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
-    const int i0 = tm << ltm;
+  for (int tr = blockIdx.y; tr < tiles_m; tr += gridDim.y) {
+    const int i0 = (tiles_m - 1 - tr) << ltm;
     if constexpr (STAGE) {
       for (int c = threadIdx.x; c < loads; c += TR_THREADS) {
         const Chunk k = chunk(c, i0);
