@@ -12,7 +12,9 @@
 -- --op <op>.<pass>. --variants defaults to every strategy of the op on the device but ref and
 -- auto. Each --set key=v1,v2,... adds a settings axis (the cartesian product is tried with
 -- every variant). --budget S stops starting new candidates after S seconds (what was timed is
--- kept). The cache is $NORMLAB_TUNE_CACHE (a .json file, a directory, or "off"), else
+-- kept). On a GPU every batch runs as a CUDA graph whether or not --graph is given (nl.tune's
+-- default: launched one by one, cells of a few microseconds time the launch). The cache is
+-- $NORMLAB_TUNE_CACHE (a .json file, a directory, or "off"), else
 -- $XDG_CACHE_HOME/normlab/ or ~/.cache/normlab/, one file per device, keyed by device,
 -- SM count (CPU: threads), compute capability, driver and runtime, normlab version and build
 -- id; --cache PATH overrides it for this run, --dry-run writes nothing. The table printed

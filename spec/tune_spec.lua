@@ -182,6 +182,41 @@ describe("nl.tune", function()
     assert.are.equal(1, nl.tune_cache().entries)
   end)
 
+  it("keeps apart widths a power of two does not divide: buckets of half an octave", function()
+    local function nb(cols) return select(3, tune.bucket("rmsnorm", "fwd", "bf16", 16, cols)) end
+    assert.are.same({6.5, 7, 12, 12.5, 12.5, 13.5, 14}, {nb(96), nb(128), nb(4096), nb(5120),
+      nb(6144), nb(12288), nb(16384)})
+    assert.are.equal("rmsnorm.fwd.bf16.m4.n13.5", (tune.bucket("rmsnorm", "fwd", "bf16", 16, 12288)))
+    assert.are.equal("rmsnorm.fwd.bf16.m12.n14", (tune.bucket("rmsnorm", "fwd", "bf16", 4096, 16384)))
+  end)
+
+  it("times with CUDA graphs by default on a GPU, never on the CPU", function()
+    local seen = {}
+    local real = package.loaded["normlab.bench"]
+    package.loaded["normlab.bench"] = function(o)
+      seen[#seen + 1] = {o.device.kind, o.graph}
+      return {rows = {}}
+    end
+    local ok, err = pcall(function()
+      nl.tune(opts{op = "rmsnorm", M = 8, N = 64, variants = {"row"}, cache = false})
+      nl.tune(opts{op = "rmsnorm", M = 8, N = 64, variants = {"row"}, cache = false, graph = true})
+      local has, gpu = pcall(nl.device, "cuda")
+      if has and gpu then
+        nl.tune(opts{op = "rmsnorm", M = 8, N = 64, variants = {"row"}, cache = false, device = gpu})
+        nl.tune(opts{op = "rmsnorm", M = 8, N = 64, variants = {"row"}, cache = false, device = gpu,
+          graph = false})
+      end
+    end)
+    package.loaded["normlab.bench"] = real
+    assert(ok, err)
+    assert.are.same({"cpu", false}, seen[1])
+    assert.are.same({"cpu", true}, seen[2]) -- as asked (nl.bench then refuses it on the CPU)
+    if seen[3] then
+      assert.are.same({"cuda", true}, seen[3])
+      assert.are.same({"cuda", false}, seen[4])
+    end
+  end)
+
   it("refuses auto and ref as candidates and unknown settings", function()
     assert.has_error(function() nl.tune(opts{op = "rmsnorm", M = 8, N = 8, variants = {"auto"}}) end)
     assert.has_error(function() nl.tune(opts{op = "rmsnorm", M = 8, N = 8, variants = {"ref"}}) end)

@@ -378,6 +378,12 @@ function M.tune(spec)
       io.stderr:write(string.format("[tune %d/%d] %s\n", done, n, what))
     end
   end
+  -- CUDA graphs by default on a GPU, as the sweeps time: launched one by one, cells of a few
+  -- microseconds time the launch, and the tuner picked noise (docs/kernels.md)
+  local graph = s.graph
+  if graph == nil then
+    graph = dev.kind == "cuda"
+  end
   local deadline = s.budget_s and now() + s.budget_s
   local file = s.cache ~= false and M.location(dev) or nil
   local data
@@ -405,7 +411,7 @@ function M.tune(spec)
           end
           local r = settings.with(settings_list(combo), bench, {op = opname, variants = variants,
             M = rows, N = cols, dtype = dt, device = dev, weight = s.weight, bias = s.bias,
-            mode = s.mode, outputs = s.outputs, graph = s.graph, batches = s.batches,
+            mode = s.mode, outputs = s.outputs, graph = graph, batches = s.batches,
             reps = s.reps, warmup_ms = s.warmup_ms, batch_ms = s.batch_ms, seed = s.seed,
             tolerance = s.tolerance, check = true, progress = false})
           for _, row in ipairs(r.rows) do
