@@ -1,8 +1,8 @@
 -- tune.lua: the autotuner. For each shape (M x N x dtype) of one op and pass, times every
 -- candidate (each variant under each combination of the --set values) with nl.bench, each
 -- checked against the fp64 reference first (a failed or skipped candidate never wins), and
--- records per shape bucket (op, pass, dtype, log2 M and log2 N rounded to a half) the winner with
--- its settings, its margin over the runner-up and every candidate's timing in the device's
+-- records per shape bucket (op, pass, dtype, log2 M and log2 N rounded to a half) the winner
+-- with its settings, its margin over the runner-up and every candidate's timing in the device's
 -- tuning cache, which `auto` consults from then on (nearest bucket; the built-in thresholds
 -- where the cache has nothing).
 --

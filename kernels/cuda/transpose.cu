@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(TR_THREADS) tr_naive(TrArgs a)
 
 /* tiled: one CTA per tile_m x tile_n tile (tiles of rows past 65535 CTAs in y: a stride),
  * the last rows' tiles first: a norm's external yt transposes y right after the norm wrote
- * it, and its last rows are then the ones still in L2 (H100: +2-3% at M = 32768). Load, STAGE (16-byte aligned pointers and strides): every 16-byte chunk of the thread's
+ * it, and its last rows are then the ones still in L2 (docs/kernels.md). Load, STAGE
+ * (16-byte aligned pointers and strides): every 16-byte chunk of the thread's
  * share of the tile goes global -> shared by cp.async, all in flight at once and holding no
  * registers; the tile keeps x's elements, and the thread then reads its own chunks back for
  * amax and the row-major cast copy y. Otherwise (element by element) the thread loads

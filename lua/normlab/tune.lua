@@ -3,8 +3,8 @@
 -- nl.tune times every candidate (a variant under one combination of the settings values
 -- given) with nl.bench, which checks each against `ref` first; a candidate whose check failed
 -- (or that was skipped) can never win. Per shape bucket (op, pass, dtype, log2 M and log2 N
--- each rounded to a half) it records the winner with its settings, its margin over the runner-up and
--- every candidate's timing, in a JSON file per device.
+-- each rounded to a half) it records the winner with its settings, its margin over the
+-- runner-up and every candidate's timing, in a JSON file per device.
 --
 -- `auto` is resolved here, in the Lua layer, before the core is called (dispatch()): the
 -- entry of the nearest bucket of that op, pass and dtype (in log2 M and log2 N) names a
