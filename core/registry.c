@@ -483,6 +483,8 @@ static nl_status plan_transpose(nl_ctx *ctx, nl_plan *plan)
   t->ws_bytes = 0;
   k->yt = NULL;
   k->transpose = NLK_TRANSPOSE_NONE;
+  /* an fp8 y small enough is stored for L2 to keep, and the transpose reads it from there */
+  k->keep_y = t->keep_y = nlk_is_fp8(k->ydt) && k->M * k->N <= (int64_t)k->tr.keep_max_mb << 20;
   if (plan->ext->supports && plan->ext->supports(t, why, sizeof why) != NLK_OK)
     return nl__err(ctx, NL_EUNSUPPORTED, "%s: external transpose: %s", plan->v->name, why);
   return NL_OK;

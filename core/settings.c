@@ -151,6 +151,10 @@ static const nl_setting_def defs[] = {
    .def = 128, .min = 1, .max = 1024,
    .doc = "tiled transposes: columns of x per tile (yt rows per tile), a power of two; the CUDA tile of tile_m x tile_n output elements sits in shared memory (from 128 bytes of output per tile row its XOR swizzle leaves no bank conflicts)"},
 
+  {.key = "transpose.keep_max_mb", AT(tr.keep_max_mb, I32),
+   .def = 96, .min = 0, .max = 1 << 20,
+   .doc = "CUDA external transposed copy: an fp8 y of up to this many MB is stored for L2 to keep (evict_last) and the transpose reads it from there; a larger one streams (H100, y of 16-64 MB: +3-8%; 128 MB and more: within 1%)"},
+
   {.key = "rmsnorm.bwd.blockrow_max_n", AT(rms_bwd.blockrow_max_n, I64),
    .def = 0, .min = 0, .max = N24, .models = {{"H100", 256}},
    .doc = "CUDA auto backward: blockrow for N up to this and M up to blockrow_max_m (0: never)"},

@@ -75,6 +75,7 @@ typedef struct nlk_bwd_tune {
 typedef struct nlk_transpose_tune {
   int32_t tile_m;
   int32_t tile_n;
+  int32_t keep_max_mb; /* external: a y of up to this many MB is left in L2 for the transpose */
 } nlk_transpose_tune;
 
 typedef struct nlk_norm {
@@ -112,6 +113,8 @@ typedef struct nlk_norm {
                      * clear it themselves before reducing into it. */
   int32_t scaling;  /* NLK_SCALING_*, fp8 y only */
   int32_t transpose; /* NLK_TRANSPOSE_STRIDED or _FUSED when yt is set, else NONE */
+  int32_t keep_y;   /* forward, fp8 y: stored for L2 to keep, the external transpose reading it
+                     * next; transpose: x was, and this is its last read */
   nlk_transpose_tune tr;
 
   float eps;

@@ -250,6 +250,30 @@ describe("#cuda fp8 output of the CUDA forwards", function()
     end
   end)
 
+  -- transpose.keep_max_mb decides whether the norm stores an fp8 y for L2 to keep (and the
+  -- transpose reads it as its last use) or streams it: a cache policy, never the bits.
+  it_cuda("external yt: an fp8 y kept in L2 or streamed (transpose.keep_max_mb) has the same bits", function()
+    local s = {515, 1040}
+    for _, op in ipairs(OPS) do
+      local x = keep(cuda:randn(s, "bf16", {seed = 31}))
+      local w = keep(cuda:randn({s[2]}, "bf16", {seed = 32, mean = 1, std = 0.2}))
+      for _, v in ipairs(drivers.strategies("cuda", op, "fwd")) do
+        local o = {variant = v, out_dtype = "fp8e4m3", transpose = "external", scale = 2}
+        local probe = args_of(op, x, keep(cuda:empty(s, "fp8e4m3")), {w = w, scale = keep(cuda:full({1}, 2)),
+          yt = keep(cuda:empty({s[2], s[1]}, "fp8e4m3")), transpose = "external"})
+        if nl.supports(op .. ".fwd." .. v, probe) then
+          local what = op .. ".fwd." .. v
+          local y1, yt1 = forward(op, x, w, o)
+          local y0, yt0
+          helper.with_settings({["transpose.keep_max_mb"] = 0}, function() y0, yt0 = forward(op, x, w, o) end)
+          same(y1, y0, what .. ": y")
+          same(yt1, yt0, what .. ": yt")
+          same(yt1, keep(nl.transpose(y1, {variant = "naive"})), what .. ": yt is y transposed")
+        end
+      end
+    end
+  end)
+
   it_cuda("yt in x's dtype: every forward's transposed copy by each way is y transposed, exactly", function()
     for _, op in ipairs(OPS) do
       for _, dt in ipairs({"bf16", "fp32"}) do

@@ -156,6 +156,43 @@ __device__ __forceinline__ void store_pack(Pack<T, VEC> *d, const Pack<T, VEC> &
   }
 }
 
+/* An L2 evict_last policy, for the cache_hint accesses below. Volatile, so that it is made
+ * where it is used instead of held in two registers across a kernel. */
+__device__ __forceinline__ uint64_t l2_keep_policy()
+{
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+
+/* A streaming store (st.global.cs) or, with keep, one that L2 keeps before others
+ * (evict_last): an fp8 y that the external transpose reads next. One instruction under a
+ * predicate either way: a branch between two stores cost the one-row kernels 2 registers. Packs
+ * of 4, 8 or 16 bytes; others are stored plainly. */
+template <typename T, int VEC>
+__device__ __forceinline__ void store_stream_or_keep(Pack<T, VEC> *d, const Pack<T, VEC> &p, bool keep)
+{
+#define NLK_ST(TY, OPS, ...)                                                                                 \
+  asm volatile("{\n.reg .pred k;\nsetp.ne.b32 k, %0, 0;\n@k st.global.L2::cache_hint" TY " [%1], " OPS    \
+               ", %2;\n@!k st.global.cs" TY " [%1], " OPS ";\n}" ::"r"((int)keep), "l"(d), "l"(pol), __VA_ARGS__ \
+               : "memory")
+  if constexpr (sizeof(p) == 16) {
+    const uint64_t pol = l2_keep_policy();
+    const uint4 u = *reinterpret_cast<const uint4 *>(&p);
+    NLK_ST(".v4.u32", "{%3, %4, %5, %6}", "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w));
+  } else if constexpr (sizeof(p) == 8) {
+    const uint64_t pol = l2_keep_policy();
+    const uint2 u = *reinterpret_cast<const uint2 *>(&p);
+    NLK_ST(".v2.u32", "{%3, %4}", "r"(u.x), "r"(u.y));
+  } else if constexpr (sizeof(p) == 4) {
+    const uint64_t pol = l2_keep_policy();
+    NLK_ST(".u32", "%3", "r"(*reinterpret_cast<const unsigned *>(&p)));
+  } else {
+    *d = p;
+  }
+#undef NLK_ST
+}
+
 /* The first pack of a row, for kernels that store several packs of it. */
 template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> *row_packs(void *base, int64_t row, int64_t stride)
@@ -444,6 +481,21 @@ __device__ __forceinline__ void copy_async(P *dst, const P *src)
                  : "memory");
   else
     *dst = *src;
+}
+
+/* A 16-byte copy as above; last: the line's last read, which L2 may evict first (lifts an
+ * evict_last that the writer gave it: store_stream_or_keep). */
+template <typename P>
+__device__ __forceinline__ void copy_async(P *dst, const P *src, bool last)
+{
+  static_assert(sizeof(P) == 16, "16-byte copies");
+  if (!last)
+    return copy_async(dst, src);
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "l"(pol)
+               : "memory");
 }
 
 __device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

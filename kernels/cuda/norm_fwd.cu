@@ -17,7 +17,8 @@
  * reduction, so x is read once; RMSNorm's, up to rmsnorm.fwd.early_weight_max_n columns, load the
  * weight with x (grids of about one wave otherwise wait on the weight all at once, after
  * the reduction), and from rmsnorm.fwd.reload_min_n hold nothing and read x twice, the
- * second time from L1, which fits more CTAs per SM. Outputs leave through streaming stores.
+ * second time from L1, which fits more CTAs per SM. Outputs leave through streaming stores,
+ * but for an fp8 y that the core's external transpose reads next (FwdOut.keep_y: L2 keeps it).
  * The rmsnorm.fwd.* settings steer LayerNorm's kernels too. With RMSNorm's llama casting and 16-bit weights of x's dtype, y is one packed multiply per two
  * elements. Packs are 16 bytes when N, strides and pointers allow, single elements otherwise.
  *
@@ -78,6 +79,7 @@ struct FwdOut {
   int32_t slab_cols; /* SLAB: the columns of a CTA's slab (N / the cluster's CTAs) */
   int16_t slab_rows; /* SLAB: the rows of a cluster's block */
   int8_t pass;   /* FwdPass */
+  bool keep_y;   /* an fp8 y stored for L2 to keep (the external transpose reads it next) */
 };
 
 /* What a kernel writes y as (its OUT parameter): x's dtype and nothing else (PLAIN: the
@@ -209,7 +211,10 @@ template <typename T, Out OUT> struct Epi {
       p = pack_of<T>(f);
     if (!stores())
       return;
-    store_pack<STREAM>(y + v, p);
+    if constexpr (fp8 && !out_yt(OUT) && STREAM)
+      store_stream_or_keep(y + v, p, o.keep_y);
+    else
+      store_pack<STREAM>(y + v, p);
     tap(p);
     if constexpr (out_yt(OUT)) {
       if (o.yt) {
@@ -1169,7 +1174,8 @@ int run(nlk_norm *k, const Candidates &cands)
             .wf32 = k->wdt == NLK_F32, .bf32 = k->bdt == NLK_F32, .stages = (int8_t)p.stages};
   const bool fp8 = nlk_is_fp8(k->ydt), current = fp8 && k->scaling == NLK_SCALING_CURRENT;
   FwdOut o{.scale = fp8 ? k->scale : NULL, .amax = fp8 ? k->amax : NULL, .yt = k->yt, .syt = k->syt,
-           .slab_cols = p.slab_cols, .slab_rows = (int16_t)p.slab_rows, .pass = PASS_DELAYED};
+           .slab_cols = p.slab_cols, .slab_rows = (int16_t)p.slab_rows, .pass = PASS_DELAYED,
+           .keep_y = k->keep_y != 0};
   k->grid = (int32_t)grid;
   k->block = p.c.block;
   k->cluster_dim = p.cluster;

@@ -47,6 +47,7 @@ struct TrArgs {
   bool current;         /* the scale from *amax, which the amax pass wrote */
   bool vec;             /* 16-byte accesses (pointers and strides allow them) */
   bool track;           /* reduce |x| into *amax */
+  bool last_read;       /* x (a norm's y, kept in L2) is read for the last time: evict_first */
 };
 
 template <typename TI, Cast C> __device__ __forceinline__ OutT<TI, C> cast(TI v, float scale)
@@ -115,7 +116,8 @@ __global__ void __launch_bounds__(TR_THREADS) tr_naive(TrArgs a)
 
 /* tiled: one CTA per tile_m x tile_n tile (tiles of rows past 65535 CTAs in y: a stride),
  * the last rows' tiles first: a norm's external yt transposes y right after the norm wrote
- * it, and its last rows are then the ones still in L2 (docs/kernels.md). Load, STAGE
+ * it, and its last rows are then the ones still in L2, all of them where the norm stored y
+ * for L2 to keep (last_read: read evict_first, which lifts that; docs/kernels.md). Load, STAGE
  * (16-byte aligned pointers and strides): every 16-byte chunk of the thread's
  * share of the tile goes global -> shared by cp.async, all in flight at once and holding no
  * registers; the tile keeps x's elements, and the thread then reads its own chunks back for
@@ -182,7 +184,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
           continue;
         Pack<TI, VI> *dst = t.template at<Pack<TI, VI>>(k.r, k.col);
         if (k.j + VI <= a.N)
-          copy_async(dst, row_packs<TI, VI>(const_cast<void *>(a.x), k.i, a.sx) + k.j / VI);
+          copy_async(dst, row_packs<TI, VI>(const_cast<void *>(a.x), k.i, a.sx) + k.j / VI, a.last_read);
         else
           *dst = load_elems(k);
       }
@@ -312,6 +314,7 @@ TrArgs tr_args(const nlk_norm *k)
   a.current = current;
   a.vec = aligned16(k->x, k->sx, ei) && aligned16(k->y, k->sy, eo) && aligned16(k->yt, k->syt, eo);
   a.track = k->amax && !current && nlk_is_fp8(k->ydt);
+  a.last_read = k->keep_y != 0;
   return a;
 }
 
