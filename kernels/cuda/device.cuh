@@ -166,9 +166,10 @@ __device__ __forceinline__ uint64_t l2_keep_policy()
 }
 
 /* A streaming store (st.global.cs) or, with keep, one that L2 keeps before others
- * (evict_last): an fp8 y that the external transpose reads next. One instruction under a
- * predicate either way: a branch between two stores cost the one-row kernels 2 registers. Packs
- * of 4, 8 or 16 bytes; others are stored plainly. */
+ * (evict_last): an fp8 y that the external transpose reads next. Both stores in one asm block
+ * under complementary predicates, so that a streamed y keeps its `.cs` store and pays only the
+ * predicate (docs/kernels.md, "y kept in L2 for the transpose", has what the other forms
+ * cost). Packs of 4, 8 or 16 bytes; others are stored plainly. */
 template <typename T, int VEC>
 __device__ __forceinline__ void store_stream_or_keep(Pack<T, VEC> *d, const Pack<T, VEC> &p, bool keep)
 {
