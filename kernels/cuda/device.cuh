@@ -102,6 +102,19 @@ __device__ __forceinline__ Pack<T, VEC> load(const void *base, int64_t row, int6
   return out;
 }
 
+/* An L2 eviction policy for the cache_hint accesses: evict_last (LAST) or evict_first.
+ * Volatile, so that it is made where it is used instead of held in two registers across a
+ * kernel. */
+template <bool LAST> __device__ __forceinline__ uint64_t l2_policy()
+{
+  uint64_t pol;
+  if constexpr (LAST)
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+
 /* A load that tells the caches how long to keep its line: KEEP (L1 and L2 evict_last) for
  * data the same CTA reads again soon, else evict_first for its last read. Inline asm,
  * volatile, so that the compiler neither merges two reads of one address nor keeps the first
@@ -110,11 +123,7 @@ template <typename T, int VEC, bool KEEP>
 __device__ __forceinline__ Pack<T, VEC> load_l1(const Pack<T, VEC> *p)
 {
   Pack<T, VEC> out;
-  uint64_t pol;
-  if constexpr (KEEP)
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-  else
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  const uint64_t pol = l2_policy<KEEP>();
 #define NLK_LD(L1, TY, ...) asm volatile("ld.global.L1::" L1 ".L2::cache_hint" TY __VA_ARGS__)
   if constexpr (sizeof(out) == 16) {
     uint4 &u = *reinterpret_cast<uint4 *>(&out);
@@ -156,15 +165,6 @@ __device__ __forceinline__ void store_pack(Pack<T, VEC> *d, const Pack<T, VEC> &
   }
 }
 
-/* An L2 evict_last policy, for the cache_hint accesses below. Volatile, so that it is made
- * where it is used instead of held in two registers across a kernel. */
-__device__ __forceinline__ uint64_t l2_keep_policy()
-{
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-  return pol;
-}
-
 /* A streaming store (st.global.cs) or, with keep, one that L2 keeps before others
  * (evict_last): an fp8 y that the external transpose reads next. Both stores in one asm block
  * under complementary predicates, so that a streamed y keeps its `.cs` store and pays only the
@@ -177,19 +177,20 @@ __device__ __forceinline__ void store_stream_or_keep(Pack<T, VEC> *d, const Pack
   asm volatile("{\n.reg .pred k;\nsetp.ne.b32 k, %0, 0;\n@k st.global.L2::cache_hint" TY " [%1], " OPS    \
                ", %2;\n@!k st.global.cs" TY " [%1], " OPS ";\n}" ::"r"((int)keep), "l"(d), "l"(pol), __VA_ARGS__ \
                : "memory")
-  if constexpr (sizeof(p) == 16) {
-    const uint64_t pol = l2_keep_policy();
-    const uint4 u = *reinterpret_cast<const uint4 *>(&p);
-    NLK_ST(".v4.u32", "{%3, %4, %5, %6}", "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w));
-  } else if constexpr (sizeof(p) == 8) {
-    const uint64_t pol = l2_keep_policy();
-    const uint2 u = *reinterpret_cast<const uint2 *>(&p);
-    NLK_ST(".v2.u32", "{%3, %4}", "r"(u.x), "r"(u.y));
-  } else if constexpr (sizeof(p) == 4) {
-    const uint64_t pol = l2_keep_policy();
-    NLK_ST(".u32", "%3", "r"(*reinterpret_cast<const unsigned *>(&p)));
-  } else {
+  if constexpr (sizeof(p) < 4) {
     *d = p;
+  } else {
+    const uint64_t pol = l2_policy<true>();
+    if constexpr (sizeof(p) == 16) {
+      const uint4 u = *reinterpret_cast<const uint4 *>(&p);
+      NLK_ST(".v4.u32", "{%3, %4, %5, %6}", "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w));
+    } else if constexpr (sizeof(p) == 8) {
+      const uint2 u = *reinterpret_cast<const uint2 *>(&p);
+      NLK_ST(".v2.u32", "{%3, %4}", "r"(u.x), "r"(u.y));
+    } else {
+      static_assert(sizeof(p) == 4, "packs of 1 to 16 bytes");
+      NLK_ST(".u32", "%3", "r"(*reinterpret_cast<const unsigned *>(&p)));
+    }
   }
 #undef NLK_ST
 }
@@ -493,10 +494,8 @@ __device__ __forceinline__ void copy_async(P *dst, const P *src, bool last)
   if (!last)
     return copy_async(dst, src);
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "l"(pol)
-               : "memory");
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "l"(l2_policy<false>()) : "memory");
 }
 
 __device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
