@@ -36,6 +36,7 @@ enum { NLK_OK = 0, NLK_ERR_CUDA = 1, NLK_ERR_NOMEM = 2, NLK_ERR_UNSUPPORTED = 3 
 typedef struct nlk_fwd_tune {
   int32_t items;              /* target 16-byte packs per thread per row; 0: looping kernel */
   int32_t fp8_items;          /* the same, at least, with an fp8 y */
+  int32_t fp8_max_threads;    /* an fp8 y, a CTA per row: more packs until the CTA is this small (0: off) */
   int32_t block;              /* persistent: preferred threads per CTA */
   int32_t blockrow_block;     /* blockrow: threads per CTA */
   int32_t blockrow_items;     /* blockrow: target packs per thread (below blockrow_group_min_m) */

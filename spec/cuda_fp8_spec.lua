@@ -13,7 +13,8 @@
 --     one-row CTAs, the element path, the pipelined kernel, the looping kernel at 65536
 --     columns); current scaling's run info (two passes, the inputs read again); saturation,
 --     NaN and Inf rows, scale 0 and huge scales, current scaling of all-zero x (scale 1);
---     yt in x's dtype by each way every forward offers (external, strided).
+--     yt in x's dtype by each way every forward offers (external, strided); wide rows' packs per
+--     thread under rmsnorm.fwd.fp8_max_threads (run info's kernel).
 local nl = require("normlab")
 local helper = require("spec.helper")
 local drivers = require("spec.drivers")
@@ -372,6 +373,28 @@ describe("#cuda fp8 output of the CUDA forwards", function()
               string.format("%s.fwd.%s %dx%d %s current, x = 0", op, v, s[1], s[2], f8))
             if sc then assert.are.equal(1, sc:get(1), "amax 0 gives scale 1") end
           end
+        end
+      end
+    end
+  end)
+
+  it_cuda("fp8 y on wide rows: more packs per thread (rmsnorm.fwd.fp8_max_threads), run info, against ref", function()
+    -- bf16 8192 columns: 1024 packs, 4 a thread (fp8_items) is 256 threads, 8 is 128; fp32
+    -- 8192 columns: 2048 packs, 8 a thread is 256 threads (the most packs there are)
+    for _, op in ipairs(OPS) do
+      for _, c in ipairs({{"bf16", 8192}, {"bf16", 16384}, {"fp32", 8192}}) do
+        local x = keep(cpu:randn({7, c[2]}, c[1], {seed = 31}))
+        local w = keep(cpu:randn({c[2]}, c[1], {seed = 32, mean = 1, std = 0.2}))
+        for _, cap in ipairs({0, 128}) do
+          helper.with_settings({["rmsnorm.fwd.fp8_items"] = 4, ["rmsnorm.fwd.fp8_max_threads"] = cap,
+            ["rmsnorm.fwd.reload_min_n"] = 0, ["rmsnorm.fwd.early_weight_max_n"] = 0}, function()
+            local a = args_of(op, to_gpu(x), keep(cuda:empty(x.shape, "fp8e4m3")), {w = to_gpu(w)})
+            local info = nl.run(op .. ".fwd.row", a)
+            local items = tonumber(info.kernel:match("^fwd_one<[^,]+, %d+, (%d+),"))
+            assert.are.equal(cap == 0 and 4 or 8, items, info.kernel)
+            against_ref(op, "row", x, w, {out_dtype = "fp8e4m3", scale = 2},
+              string.format("%s.fwd.row 7x%d %s fp8_max_threads %d", op, c[2], c[1], cap))
+          end)
         end
       end
     end

@@ -1088,10 +1088,18 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
 {
   const int elt = sizeof(T), streams = k->res ? 2 : 1;
   const int want_items = rows == Rows::WARP ? blockrow_items(k, elt) : k->fwd.items;
-  /* an fp8 y: at least fp8_items packs, over which its epilogue's per-thread cost spreads */
-  const bool fp8 = out_fp8(out_of(k));
-  const int items =
-      fp8 && want_items > 0 && want_items < k->fwd.fp8_items ? k->fwd.fp8_items : want_items;
+  /* an fp8 y: at least fp8_items packs, over which its epilogue's per-thread cost spreads; with
+   * a CTA per row more, up to MAX_ITEMS, until the CTA has at most fp8_max_threads threads (its
+   * reductions and amax commit are paid once a row, and cost more the more warps they join) */
+  int items = want_items;
+  if (out_fp8(out_of(k)) && want_items > 0) {
+    if (items < k->fwd.fp8_items)
+      items = k->fwd.fp8_items;
+    const int64_t packs = (k->N * elt + 15) / 16;
+    while (rows == Rows::CTA && k->fwd.fp8_max_threads > 0 && items < MAX_ITEMS &&
+           packs > (int64_t)items * k->fwd.fp8_max_threads)
+      items *= 2;
+  }
   const Want want{items, k->fwd.block, k->fwd.blockrow_block};
   p->rows = rows;
   p->stages = 0;
