@@ -111,7 +111,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA forward with an fp8 y: at least this many 16-byte packs per thread per row (the fp8 epilogue's per-thread cost spread over more elements)"},
   {.key = "rmsnorm.fwd.fp8_max_threads", AT(fwd.fp8_max_threads, I32),
    .def = 0, .min = 0, .max = 1024, .models = {{"H100", 128}},
-   .doc = "CUDA row forward with an fp8 y: packs per thread doubled (up to 8) until a row's CTA has at most this many threads; 0: off (H100 bf16, M = 32768, 8 packs against 4: N = 8192 rmsnorm +4%, layernorm +12%; N = 16384 +11% / +9%; M = 4096 x 16384 +8% / +7%)"},
+   .doc = "CUDA row forward with an fp8 y: packs per thread doubled (up to 8) until a row's CTA has at most this many threads; 0: off (H100 bf16, 8 packs against 4: 32768 x 8192 rmsnorm +2.5%, layernorm +11%; 32768 x 16384 +11% / +9%; 4096 x 16384 +7% / +6%; up to 2% lost at 4096 x 8192 rmsnorm, by add_rmsnorm and by fp32 x)"},
   {.key = "rmsnorm.fwd.block", AT(fwd.block, I32),
    .def = 1024, .min = 32, .max = 1024,
    .doc = "CUDA persistent forward: preferred threads per CTA (rows per CTA = block / threads per row)"},
