@@ -509,8 +509,8 @@ describe("CUDA ops #cuda", function()
     release(p)
   end)
 
-  it_cuda("in-place backward, fp32-atomic reductions, the fused in-kernel reduction, clusters",
-    function()
+  it_cuda("in-place backward, fp32-atomic reductions, the fused in-kernel reduction, clusters, "
+    .. "the reduce kernel launched without programmatic dependent launch", function()
       for _, s in ipairs({{199, 1024}, {4099, 4096}, {37, 65536}}) do
         for _, o in ipairs(and_ln({{}}, {op = "layernorm", bias = "x"})) do
           local p = problem(s[1], s[2], "bf16", o)
@@ -521,6 +521,13 @@ describe("CUDA ops #cuda", function()
           end
           with_settings({["rmsnorm.bwd.fused_reduce"] = 1}, function()
             check_bwd(p, "persistent")
+          end)
+          -- the reduce kernel as an ordinary launch (by default it is queued behind the main
+          -- one under programmatic dependent launch), every variant that reduces partials
+          with_settings({["rmsnorm.bwd.reduce_pdl"] = 0}, function()
+            for _, v in ipairs(variants(p.op, "bwd")) do
+              check_bwd(p, v)
+            end
           end)
           -- clusters summing dW (and dB) through distributed shared memory (sm_90; elsewhere
           -- the plan falls back to a partial row per CTA), CTAs past the last row included

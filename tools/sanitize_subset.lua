@@ -77,6 +77,14 @@ for _, pass in ipairs(passes) do
       local dx4, dw4 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "persistent"})
       local dx5, dw5 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "partials"})
       nl.set("rmsnorm.bwd.cluster", 1)
+      -- the reduce kernel as an ordinary launch (by default under programmatic dependent launch)
+      nl.set("rmsnorm.bwd.reduce_pdl", 0)
+      for _, v in ipairs({"persistent", "partials", "row"}) do
+        local dxp, dwp = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = v})
+        dxp:free(); dwp:free()
+        runs = runs + 1
+      end
+      nl.reset("rmsnorm.bwd.reduce_pdl")
       -- rows shared by clusters: of 2 at N = 1024 (128-thread CTAs of several rows) and of 8 at
       -- 4096; 40000 columns by 4 (bf16) or 8 (fp32, whose slice of 10000 registers do not hold)
       -- by default

@@ -651,6 +651,7 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE, NORM)(ITEMS)) bwd_str
   copy_wait(0);
   if (!a.partials && !a.accum)
     return;
+  pdl_trigger(); /* the reduce kernel may launch (rmsnorm.bwd.reduce_pdl) */
   /* the CTA's partial row (sharing: its cluster's, from the CTA's first column, recomputed
    * here rather than held in a register across the row loop) */
   float *out = a.partials ? a.partials + unit * a.pw + (int64_t)(blockIdx.x % C) * ncols : NULL;
@@ -1101,6 +1102,9 @@ int run(nlk_norm *k, Strategy s)
   cudaStream_t stream = (cudaStream_t)k->stream;
   const GradCols g = grad_cols(k);
   const bool dw = g.pw > 0, atomic = k->reduce == NLK_REDUCE_ATOMIC, ln = norm_of(k) == Norm::LN;
+  /* the reduce kernel queued behind the main one (sm_90): launched with PDL, and the
+   * pipelined kernel lets it launch before its grid has finished */
+  const bool reduce_pdl = k->bwd.reduce_pdl > 0 && p.partial_rows && !p.fused;
   float *ws = (float *)k->ws;
   BwdArgs a{.x = k->x, .dy = k->dy, .dres = k->dres, .w = k->w, .dx = k->dx, .dw = k->dw,
             .db = g.db ? k->db : NULL, .rstd = k->rstd, .mean = ln ? k->mean : NULL,
@@ -1139,7 +1143,7 @@ int run(nlk_norm *k, Strategy s)
    * the reduce anyway, and dropping the rest measured slower); every other strategy's
    * partials are dropped once read */
   if (p.partial_rows && !p.fused)
-    return reduce_partials(k, ws, p.partial_rows, s != Strategy::ROW);
+    return reduce_partials(k, ws, p.partial_rows, s != Strategy::ROW, reduce_pdl);
   if (p.accum_in_ws)
     return convert_accum(k, ws);
   return NLK_OK;

@@ -28,17 +28,21 @@ __device__ __forceinline__ void discard_line(const float *p)
 }
 
 /* G[col] = sum over rows p of P[p][col] (N: the partial rows' width), stored by `out`, in row
- * order within each of 16 row lanes, then
- * lane order: deterministic, and the same bits for either V. A thread sums V adjacent
- * columns (16-byte loads when V = 4) and has up to 8 of its rows in flight; the partials were
- * just written and mostly come from L2, so the latency of few loads in flight, not DRAM,
- * bounded the scalar version. With `discard` (rows of whole 128-byte lines) each warp then
- * drops the lines it has read: the partials are scratch, and left dirty in L2 they would be
- * written back to DRAM during the next kernel. */
+ * order within each of 16 row lanes, then lane order: deterministic, and the same bits for
+ * either V. A thread sums V adjacent columns (16-byte loads when V = 4) and has up to 8 of its
+ * rows in flight, the rest after the last 8 together too (66 partial rows of clusters of 2
+ * took 5 round trips one by one); the partials were just written and mostly come from L2, so
+ * round trips to L2, not DRAM, bound it. Batches of 16, or of 8 behind predicates throughout,
+ * measured 2-6% slower at 4096 x 1024 ... 8192 (docs/kernels.md). With `discard` (rows of whole
+ * 128-byte lines) each warp then drops the lines it has read: the partials are scratch, and
+ * left dirty in L2 they would be written back to DRAM during the next kernel. With `wait`
+ * (launched with programmatic dependent launch) it first waits for the kernel that wrote P. */
 template <int V>
 __global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, int N, bool discard,
-                                                 GradOut out)
+                                                 GradOut out, bool wait)
 {
+  if (wait)
+    pdl_wait();
   using F = std::conditional_t<V == 4, float4, float>;
   __shared__ __align__(16) float red[16][32 * V];
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
@@ -53,30 +57,33 @@ __global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, i
   /* lanes past N load nothing but keep the warp together for __syncwarp; the lanes whose V
    * columns start a line drop it once the whole warp has read it */
   const bool in = col < N, drop = discard && in && tx % (32 / V) == 0;
-  int64_t p = ty;
-  for (; p + 7 * 16 < rows; p += 8 * 16) {
-    F f[8];
+  /* K of the lane's rows from p, the loads first: 8 whole, or the rest (at most 7) up to
+   * `rows` */
+  auto batch = [&](int64_t p, auto count) {
+    constexpr int K = decltype(count)::value;
+    F f[K];
     if (in) {
 #pragma unroll
-      for (int k = 0; k < 8; k++)
-        f[k] = __ldcs(reinterpret_cast<const F *>(P + (p + 16 * k) * N + col));
+      for (int k = 0; k < K; k++)
+        if (K == 8 || p + 16 * k < rows)
+          f[k] = __ldcs(reinterpret_cast<const F *>(P + (p + 16 * k) * N + col));
 #pragma unroll
-      for (int k = 0; k < 8; k++)
-        add(f[k]);
+      for (int k = 0; k < K; k++)
+        if (K == 8 || p + 16 * k < rows)
+          add(f[k]);
     }
     __syncwarp();
     if (drop)
 #pragma unroll
-      for (int k = 0; k < 8; k++)
-        discard_line(P + (p + 16 * k) * N + col);
-  }
-  for (; p < rows; p += 16) {
-    if (in)
-      add(__ldcs(reinterpret_cast<const F *>(P + p * N + col)));
-    __syncwarp();
-    if (drop)
-      discard_line(P + p * N + col);
-  }
+      for (int k = 0; k < K; k++)
+        if (K == 8 || p + 16 * k < rows)
+          discard_line(P + (p + 16 * k) * N + col);
+  };
+  int64_t p = ty;
+  for (; p + 7 * 16 < rows; p += 8 * 16)
+    batch(p, std::integral_constant<int, 8>{});
+  if (p < rows)
+    batch(p, std::integral_constant<int, 7>{});
 #pragma unroll
   for (int j = 0; j < V; j++)
     red[ty][tx * V + j] = acc[j];
@@ -103,16 +110,22 @@ __global__ void dw_convert(const float *acc, int N, GradOut out)
 /* Four columns per thread where N allows and the grid of N / 128 CTAs still covers half the
  * SMs (on fewer, the per-SM share of the partials takes longer than the latency it hides).
  * drop: the buffer's lines may be discarded once read, where rows are whole lines. */
-int reduce_partials(nlk_norm *k, const float *P, int64_t rows, bool drop)
+int reduce_partials(nlk_norm *k, const float *P, int64_t rows, bool drop, bool pdl)
 {
   const int N = (int)grad_cols(k).pw;
   const bool wide = N % 4 == 0 && (int64_t)N / 128 >= k->sm_count / 2, lines = drop && N % 32 == 0;
-  cudaStream_t s = (cudaStream_t)k->stream;
-  if (wide)
-    dw_reduce<4><<<(unsigned)((N + 127) / 128), 512, 0, s>>>(P, rows, N, lines, grad_out(k));
-  else
-    dw_reduce<1><<<(unsigned)((N + 31) / 32), 512, 0, s>>>(P, rows, N, lines, grad_out(k));
-  return cuda_result(k, cudaGetLastError());
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)(wide ? (N + 127) / 128 : (N + 31) / 32));
+  cfg.blockDim = dim3(512);
+  cfg.stream = (cudaStream_t)k->stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const GradOut out = grad_out(k);
+  return cuda_result(k, wide ? cudaLaunchKernelEx(&cfg, dw_reduce<4>, P, rows, N, lines, out, pdl)
+                             : cudaLaunchKernelEx(&cfg, dw_reduce<1>, P, rows, N, lines, out, pdl));
 }
 
 int convert_accum(nlk_norm *k, const float *acc)

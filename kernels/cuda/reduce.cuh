@@ -50,8 +50,9 @@ struct GradOut {
 
 /* dW (in k->wdt, at k->dw) and dB (k->bdt, k->db) = the column sums of `rows` fp32 partial
  * rows at P (grad_cols's layout), on k's stream; drop: P is scratch, and its lines may be
- * dropped from L2 once read. */
-int reduce_partials(nlk_norm *k, const float *P, int64_t rows, bool drop);
+ * dropped from L2 once read; pdl: launched with programmatic dependent launch, waiting for
+ * the kernel that wrote P before reading it. */
+int reduce_partials(nlk_norm *k, const float *P, int64_t rows, bool drop, bool pdl);
 
 /* dW and dB from the accumulator of an atomic reduction (grad_cols's layout). */
 int convert_accum(nlk_norm *k, const float *acc);
