@@ -1095,10 +1095,11 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
   if (out_fp8(out_of(k)) && want_items > 0) {
     if (items < k->fwd.fp8_items)
       items = k->fwd.fp8_items;
-    const int64_t packs = (k->N * elt + 15) / 16;
-    while (rows == Rows::CTA && k->fwd.fp8_max_threads > 0 && items < MAX_ITEMS &&
-           packs > (int64_t)items * k->fwd.fp8_max_threads)
-      items *= 2;
+    if (rows == Rows::CTA && k->fwd.fp8_max_threads > 0) {
+      const int64_t packs = (k->N * elt + 15) / 16;
+      while (items < MAX_ITEMS && packs > (int64_t)items * k->fwd.fp8_max_threads)
+        items *= 2;
+    }
   }
   const Want want{items, k->fwd.block, k->fwd.blockrow_block};
   p->rows = rows;
