@@ -1058,8 +1058,8 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
   /* row groups: each a CTA's rows, or a cluster's when it shares them */
   const int64_t groups = (k->M + per_cta - 1) / per_cta, per_group = p->share ? share : 1;
   int64_t grid = groups * per_group;
-  /* grid_sms trims the grid (on an H100 the unshared kernels run each row faster on 128 SMs
-   * than on 132); rows shared by a cluster lost 2-4% with it, and keep every SM */
+  /* grid_sms trims the grid (an H100's unshared kernels run each row faster on 128 SMs than
+   * on 132); rows shared by a cluster measured slower with fewer clusters, and keep every SM */
   const int64_t sms = !p->share && k->bwd.grid_sms > 0 && k->bwd.grid_sms < k->sm_count ? k->bwd.grid_sms
                                                                                          : k->sm_count;
   if (s == Strategy::PARTIALS) {

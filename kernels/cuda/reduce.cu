@@ -29,11 +29,11 @@ __device__ __forceinline__ void discard_line(const float *p)
 
 /* G[col] = sum over rows p of P[p][col] (N: the partial rows' width), stored by `out`, in row
  * order within each of 16 row lanes, then lane order: deterministic, and the same bits for
- * either V. A thread sums V adjacent columns (16-byte loads when V = 4) and has up to 8 of its
- * rows in flight, the rest after the last 8 together too (66 partial rows of clusters of 2
- * took 5 round trips one by one); the partials were just written and mostly come from L2, so
- * round trips to L2, not DRAM, bound it. Batches of 16, or of 8 behind predicates throughout,
- * measured 2-6% slower at 4096 x 1024 ... 8192 (docs/kernels.md). With `discard` (rows of whole
+ * either V. A thread sums V adjacent columns (16-byte loads when V = 4) with 8 of its rows in
+ * flight, and the rows left after the last 8 together too, not one round trip each (clusters
+ * leave few partial rows); the partials were just written and mostly come from L2, so round
+ * trips to L2, not DRAM, bound it. Whole batches stay unpredicated: more rows in flight, or a
+ * predicate on every load, measured slower (docs/kernels.md). With `discard` (rows of whole
  * 128-byte lines) each warp then drops the lines it has read: the partials are scratch, and
  * left dirty in L2 they would be written back to DRAM during the next kernel. With `wait`
  * (launched with programmatic dependent launch) it first waits for the kernel that wrote P. */
