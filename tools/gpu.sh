@@ -63,6 +63,11 @@ for step in $steps; do
         --markdown "$OUT/tune_bwd.md"
       run tune_bwd_fused "${tune[@]}" --op rmsnorm.bwd --variants persistent --M 4096,32768 --N 4096,16384 \
         --set rmsnorm.bwd.fused_reduce=0,1 --markdown "$OUT/tune_bwd_fused.md"
+      # the reduce kernel under programmatic dependent launch (on by default), both ops
+      for op in rmsnorm layernorm; do
+        run tune_bwd_pdl_$op "${tune[@]}" --op $op.bwd --variants auto --M 4096,32768 --N 1024..16384 \
+          --set rmsnorm.bwd.reduce_pdl=0,1 --markdown "$OUT/tune_bwd_pdl_$op.md"
+      done
       # the persistent grid: SMs it spans, and clusters summing dW in distributed shared memory
       run tune_bwd_grid "${tune[@]}" --op rmsnorm.bwd --variants auto --M 4096,16384,32768 --N 1024..16384 \
         --set rmsnorm.bwd.grid_sms=0,128,124,120,112 --markdown "$OUT/tune_bwd_grid.md"
