@@ -32,8 +32,9 @@ __device__ __forceinline__ void discard_line(const float *p)
  * either V. A thread sums V adjacent columns (16-byte loads when V = 4) with 8 of its rows in
  * flight, and the rows left after the last 8 together too, not one round trip each (clusters
  * leave few partial rows); the partials were just written and mostly come from L2, so round
- * trips to L2, not DRAM, bound it. Whole batches stay unpredicated: more rows in flight, or a
- * predicate on every load, measured slower (docs/kernels.md). With `discard` (rows of whole
+ * trips to L2, not DRAM, bound it. Whole batches stay unpredicated: behind predicates ptxas
+ * puts the first add before the last load, a second round trip (measured slower, as were 16
+ * rows in flight: docs/kernels.md). With `discard` (rows of whole
  * 128-byte lines) each warp then drops the lines it has read: the partials are scratch, and
  * left dirty in L2 they would be written back to DRAM during the next kernel. With `wait`
  * (launched with programmatic dependent launch) it first waits for the kernel that wrote P. */
