@@ -1105,9 +1105,6 @@ int run(nlk_norm *k, Strategy s)
   cudaStream_t stream = (cudaStream_t)k->stream;
   const GradCols g = grad_cols(k);
   const bool dw = g.pw > 0, atomic = k->reduce == NLK_REDUCE_ATOMIC, ln = norm_of(k) == Norm::LN;
-  /* the reduce kernel queued behind the main one (sm_90): launched with PDL, and the
-   * pipelined kernel lets it launch before its grid has finished */
-  const bool reduce_pdl = k->bwd.reduce_pdl > 0 && p.partial_rows && !p.fused;
   float *ws = (float *)k->ws;
   BwdArgs a{.x = k->x, .dy = k->dy, .dres = k->dres, .w = k->w, .dx = k->dx, .dw = k->dw,
             .db = g.db ? k->db : NULL, .rstd = k->rstd, .mean = ln ? k->mean : NULL,
@@ -1145,8 +1142,11 @@ int run(nlk_norm *k, Strategy s)
   /* row's M x N temp keeps its lines in L2 (the rows beyond L2 have gone back to DRAM before
    * the reduce anyway, and dropping the rest measured slower); every other strategy's
    * partials are dropped once read */
-  if (p.partial_rows && !p.fused)
-    return reduce_partials(k, ws, p.partial_rows, s != Strategy::ROW, reduce_pdl);
+  if (p.partial_rows && !p.fused) {
+    /* launched with PDL, the reduce kernel is queued behind the main one (sm_90), which lets
+     * it launch before its grid has finished */
+    return reduce_partials(k, ws, p.partial_rows, s != Strategy::ROW, k->bwd.reduce_pdl > 0);
+  }
   if (p.accum_in_ws)
     return convert_accum(k, ws);
   return NLK_OK;

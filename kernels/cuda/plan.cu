@@ -10,7 +10,7 @@ namespace nlk {
 
 namespace {
 
-/* The launch attributes of a norm kernel: programmatic dependent launch when pdl, clusters of
+/* The launch attributes of a kernel: programmatic dependent launch when pdl, clusters of
  * `cluster` CTAs along x when above 1. Returns how many it set. */
 unsigned norm_attrs(cudaLaunchAttribute (&attr)[2], int pdl, int cluster)
 {
@@ -66,8 +66,8 @@ int granted;
 
 } // namespace
 
-int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block, size_t smem, void **args,
-                unsigned grid_y, int cluster)
+int launch_kernel(nlk_norm *k, const void *kernel, int64_t grid, int block, size_t smem, void **args,
+                  unsigned grid_y, int cluster, bool pdl)
 {
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg = {};
@@ -76,7 +76,7 @@ int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block, size_t
   cfg.dynamicSmemBytes = smem;
   cfg.stream = (cudaStream_t)k->stream;
   cfg.attrs = attr;
-  cfg.numAttrs = norm_attrs(attr, k->pdl, cluster);
+  cfg.numAttrs = norm_attrs(attr, pdl, cluster);
   return cuda_result(k, cudaLaunchKernelExC(&cfg, kernel, args));
 }
 

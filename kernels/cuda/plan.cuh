@@ -314,11 +314,20 @@ __host__ inline int cuda_result(nlk_norm *k, cudaError_t e)
   return NLK_ERR_CUDA;
 }
 
+/* Launches `kernel` on k's stream: grid x grid_y CTAs, in clusters of `cluster` along x, with
+ * programmatic dependent launch when pdl (the kernel must then wait, device.cuh's pdl_wait,
+ * before it reads what the kernel before it wrote). */
+int launch_kernel(nlk_norm *k, const void *kernel, int64_t grid, int block, size_t smem, void **args,
+                  unsigned grid_y, int cluster, bool pdl);
+
 /* Launches a norm kernel (whose first statement is pdl_begin(), device.cuh) on k's stream:
  * grid x grid_y CTAs, in clusters of `cluster` along x, with programmatic dependent launch
  * when k->pdl. */
-int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block, size_t smem, void **args,
-                unsigned grid_y = 1, int cluster = 1);
+inline int launch_norm(nlk_norm *k, const void *kernel, int64_t grid, int block, size_t smem,
+                       void **args, unsigned grid_y = 1, int cluster = 1)
+{
+  return launch_kernel(k, kernel, grid, block, smem, args, grid_y, cluster, k->pdl != 0);
+}
 
 /* Zeroes an fp8 output's amax on k's stream before the kernels reduce into it. */
 cudaError_t clear_amax(const nlk_norm *k);

@@ -113,20 +113,14 @@ __global__ void dw_convert(const float *acc, int N, GradOut out)
  * drop: the buffer's lines may be discarded once read, where rows are whole lines. */
 int reduce_partials(nlk_norm *k, const float *P, int64_t rows, bool drop, bool pdl)
 {
-  const int N = (int)grad_cols(k).pw;
-  const bool wide = N % 4 == 0 && (int64_t)N / 128 >= k->sm_count / 2, lines = drop && N % 32 == 0;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(wide ? (N + 127) / 128 : (N + 31) / 32));
-  cfg.blockDim = dim3(512);
-  cfg.stream = (cudaStream_t)k->stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const GradOut out = grad_out(k);
-  return cuda_result(k, wide ? cudaLaunchKernelEx(&cfg, dw_reduce<4>, P, rows, N, lines, out, pdl)
-                             : cudaLaunchKernelEx(&cfg, dw_reduce<1>, P, rows, N, lines, out, pdl));
+  /* not const: the launch takes their addresses, in dw_reduce's parameter order */
+  int N = (int)grad_cols(k).pw;
+  bool lines = drop && N % 32 == 0;
+  GradOut out = grad_out(k);
+  void *args[] = {&P, &rows, &N, &lines, &out, &pdl};
+  const bool wide = N % 4 == 0 && (int64_t)N / 128 >= k->sm_count / 2;
+  return launch_kernel(k, wide ? (const void *)dw_reduce<4> : (const void *)dw_reduce<1>,
+                       wide ? (N + 127) / 128 : (N + 31) / 32, 512, 0, args, 1, 1, pdl);
 }
 
 int convert_accum(nlk_norm *k, const float *acc)
