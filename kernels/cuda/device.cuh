@@ -466,6 +466,13 @@ template <typename T, int VEC, int ITEMS> struct Weights {
     else
       load_w_raw<T, VEC>(w, wf32, v, W, absent);
   }
+  /* packs of x's dtype there and read where used: get_raw without its tests (plain_raw) */
+  __device__ __forceinline__ bool plain() const { return w && !wf32 && !held; }
+  __device__ __forceinline__ void plain_raw(int v, float (&W)[VEC]) const
+  {
+    const Pack<T, VEC> p = reinterpret_cast<const Pack<T, VEC> *>(w)[v]; /* one 16-byte load */
+    unpack(p, W);
+  }
 };
 
 /* Asynchronous global -> shared copies (cp.async, sm_80+). They hold no registers while in

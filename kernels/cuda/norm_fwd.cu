@@ -383,6 +383,8 @@ template <typename T, int VEC, int ITEMS, Norm NORM> struct Affine {
     w.refresh();
     b.refresh();
   }
+  /* LayerNorm's usual weight and bias: both packs of x's dtype, read where used */
+  __device__ __forceinline__ bool plain() const { return w.plain() && b.plain(); }
 };
 
 template <typename T, int VEC, int ITEMS, bool RES, bool STREAM>
@@ -439,8 +441,13 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
   float W[VEC];
   if constexpr (NORM == Norm::LN) {
     float B[VEC];
-    wt.w.get_raw(i, v, W);
-    wt.b.get_raw(i, v, B);
+    if (wt.plain()) {
+      wt.w.plain_raw(v, W);
+      wt.b.plain_raw(v, B);
+    } else {
+      wt.w.get_raw(i, v, W);
+      wt.b.get_raw(i, v, B);
+    }
     const float ro = st.r * a.offset;
 #pragma unroll
     for (int j = 0; j < VEC; j++)
