@@ -426,9 +426,10 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
  * store (STREAM) or a plain one. LayerNorm: (x - mean) (r W + r offset) + B, rounded once,
  * whatever the casting mode (the offset folded into the row's scale saves an add per
  * element); a weight and bias of x's dtype are one 16-byte load each, without get_raw's
- * per-pack tests of presence and dtype, which were half the epilogue's instructions. RMSNorm: its casting modes (W rounded to T in mode none); with llama casting and
- * 16-bit weights of x's dtype and no offset (a.pair, decided on the host), one packed
- * multiply per two elements. The flag decided once on the host and the row's address
+ * per-pack tests of presence and dtype, which were half the epilogue's instructions.
+ * RMSNorm: its casting modes (W rounded to T in mode none); with llama casting and 16-bit
+ * weights of x's dtype and no offset (a.pair, decided on the host), one packed multiply per
+ * two elements. The flag decided once on the host and the row's address
  * computed once keep the epilogue short: evaluated per pack, the conditions and the address
  * cost about a quarter more instructions per row. Any other output (e: fp8, strided yt) takes
  * the fp32 values before the final rounding, the packed multiply's unrounded product; the

@@ -12,7 +12,7 @@ namespace {
 
 /* The launch attributes of a kernel: programmatic dependent launch when pdl, clusters of
  * `cluster` CTAs along x when above 1. Returns how many it set. */
-unsigned norm_attrs(cudaLaunchAttribute (&attr)[2], int pdl, int cluster)
+unsigned launch_attrs(cudaLaunchAttribute (&attr)[2], int pdl, int cluster)
 {
   unsigned n = 0;
   if (pdl) {
@@ -76,7 +76,7 @@ int launch_kernel(nlk_norm *k, const void *kernel, int64_t grid, int block, size
   cfg.dynamicSmemBytes = smem;
   cfg.stream = (cudaStream_t)k->stream;
   cfg.attrs = attr;
-  cfg.numAttrs = norm_attrs(attr, pdl, cluster);
+  cfg.numAttrs = launch_attrs(attr, pdl, cluster);
   return cuda_result(k, cudaLaunchKernelExC(&cfg, kernel, args));
 }
 
@@ -146,7 +146,7 @@ int max_clusters(const nlk_norm *k, const void *kernel, int cluster, int block, 
     cfg.blockDim = dim3((unsigned)block);
     cfg.dynamicSmemBytes = smem;
     cfg.attrs = attr;
-    cfg.numAttrs = norm_attrs(attr, 0, cluster);
+    cfg.numAttrs = launch_attrs(attr, 0, cluster);
     int n = 0;
     if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
       cudaGetLastError();
