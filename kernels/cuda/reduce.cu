@@ -34,9 +34,9 @@ __device__ __forceinline__ void discard_line(const float *p)
  * leave few partial rows); the partials were just written and mostly come from L2, so round
  * trips to L2, not DRAM, bound it. Whole batches stay unpredicated: behind predicates ptxas
  * puts the first add before the last load, a second round trip (measured slower, as were 16
- * rows in flight: docs/kernels.md). With `discard` (rows of whole
- * 128-byte lines) each warp then drops the lines it has read: the partials are scratch, and
- * left dirty in L2 they would be written back to DRAM during the next kernel. With `wait`
+ * rows in flight: docs/kernels.md). With `discard` (rows of whole 128-byte lines) each warp
+ * then drops the lines it has read: the partials are scratch, and left dirty in L2 they would
+ * be written back to DRAM during the next kernel. With `wait`
  * (launched with programmatic dependent launch) it first waits for the kernel that wrote P. */
 template <int V>
 __global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, int N, bool discard,
@@ -62,22 +62,23 @@ __global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, i
    * `rows` */
   auto batch = [&](int64_t p, auto count) {
     constexpr int K = decltype(count)::value;
+    auto has = [&](int k) { return K == 8 || p + 16 * k < rows; };
     F f[K];
     if (in) {
 #pragma unroll
       for (int k = 0; k < K; k++)
-        if (K == 8 || p + 16 * k < rows)
+        if (has(k))
           f[k] = __ldcs(reinterpret_cast<const F *>(P + (p + 16 * k) * N + col));
 #pragma unroll
       for (int k = 0; k < K; k++)
-        if (K == 8 || p + 16 * k < rows)
+        if (has(k))
           add(f[k]);
     }
     __syncwarp();
     if (drop)
 #pragma unroll
       for (int k = 0; k < K; k++)
-        if (K == 8 || p + 16 * k < rows)
+        if (has(k))
           discard_line(P + (p + 16 * k) * N + col);
   };
   int64_t p = ty;
