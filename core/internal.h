@@ -35,10 +35,22 @@ typedef struct nl_knobs {
   struct {
     int64_t row_min_n, staged_min_n;
   } ln_fwd;
+  /* add_rmsnorm's */
+  struct {
+    int64_t blockrow_max_n;
+  } add_fwd;
   struct {
     int64_t blockrow_max_n, blockrow_max_m, narrow_max_n, narrow_max_m, partials_min_m, row_max_n;
     int64_t persistent_min_m, fp32_partials_max_n;
   } rms_bwd;
+  /* LayerNorm's twins of rms_bwd's, where its best value differs */
+  struct {
+    int64_t blockrow_max_n, row_max_n;
+  } ln_bwd;
+  /* add_rmsnorm's */
+  struct {
+    int64_t blockrow_max_n, narrow_max_n;
+  } add_bwd;
   /* the kernels' tuning, copied into nlk_norm */
   nlk_fwd_tune fwd;
   nlk_bwd_tune bwd;
@@ -48,7 +60,7 @@ typedef struct nl_knobs {
 /* build_id.c, generated: SHA-256 over kernels/, the registry lines and the build configuration */
 extern const char nl__build_id[];
 
-enum { NL_SETTINGS_MAX = 64 };
+enum { NL_SETTINGS_MAX = 80 };
 
 /* Scratch memory of one device, grown on demand and kept for the context's lifetime. */
 typedef struct nl_ws {

@@ -35,18 +35,21 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
  * above that (a CTA per row has a warp or less: with a few rows it still wins, from about a
  * hundred it leaves the SMs idle); then persistent from persistent_min_m rows and
  * persistent_min_n columns, row otherwise. LayerNorm takes its own row_min_n and
- * staged_min_n (layernorm.fwd.*: its two passes make the row kernel issue-bound sooner). The
+ * staged_min_n (layernorm.fwd.*: its two passes make the row kernel issue-bound sooner),
+ * add_rmsnorm its own blockrow_max_n (add_rmsnorm.fwd.*: the residual's packs). The
  * thresholds come from the H100 and H200 crossovers (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
   const int ln = k->op == NLK_LAYERNORM;
   const int64_t staged_min_n = ln ? kn->ln_fwd.staged_min_n : kn->rms_fwd.staged_min_n;
   const int64_t row_min_n = ln ? kn->ln_fwd.row_min_n : kn->rms_fwd.row_min_n;
+  const int64_t blockrow_max_n =
+      k->op == NLK_ADD_RMSNORM ? kn->add_fwd.blockrow_max_n : kn->rms_fwd.blockrow_max_n;
   if (k->N >= staged_min_n && nl__fits(NL_CUDA, NL_FWD, "staged", k))
     return "staged";
   const int narrow = k->N < row_min_n && k->M >= kn->rms_fwd.narrow_min_m;
   if ((narrow || (k->M >= kn->rms_fwd.blockrow_min_m && k->M <= kn->rms_fwd.blockrow_max_m)) &&
-      k->N <= kn->rms_fwd.blockrow_max_n && nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
+      k->N <= blockrow_max_n && nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
     return "blockrow";
   if (k->M >= kn->rms_fwd.persistent_min_m && k->N >= kn->rms_fwd.persistent_min_n)
     return "persistent";
@@ -60,14 +63,22 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
  * persistent_min_m rows (partials for fp32 rows up to fp32_partials_max_n: fp32 favours
  * partials' contiguous row chunks over persistent's grid stride, 16-bit rows do not),
  * partials below; a requested reduction steers it to a variant that has one (temp: row;
- * atomic: not partials). */
+ * atomic: not partials). LayerNorm and add_rmsnorm take their own twins of some of these
+ * (layernorm.bwd.*, add_rmsnorm.bwd.*: LayerNorm's row keeps two temps, dW's and dB's, and
+ * both ops' extra row traffic moves the crossovers). */
 static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
 {
+  const int ln = k->op == NLK_LAYERNORM, add = k->op == NLK_ADD_RMSNORM;
   const int atomic = k->reduce == NLK_REDUCE_ATOMIC;
-  if (k->reduce == NLK_REDUCE_TEMP || (k->M < kn->rms_bwd.partials_min_m && k->N <= kn->rms_bwd.row_max_n))
+  const int64_t row_max_n = ln ? kn->ln_bwd.row_max_n : kn->rms_bwd.row_max_n;
+  const int64_t blockrow_max_n = ln    ? kn->ln_bwd.blockrow_max_n
+                                 : add ? kn->add_bwd.blockrow_max_n
+                                       : kn->rms_bwd.blockrow_max_n;
+  const int64_t narrow_max_n = add ? kn->add_bwd.narrow_max_n : kn->rms_bwd.narrow_max_n;
+  if (k->reduce == NLK_REDUCE_TEMP || (k->M < kn->rms_bwd.partials_min_m && k->N <= row_max_n))
     return "row";
-  if (((k->N <= kn->rms_bwd.blockrow_max_n && k->M <= kn->rms_bwd.blockrow_max_m) ||
-       (k->N <= kn->rms_bwd.narrow_max_n && k->M <= kn->rms_bwd.narrow_max_m)) &&
+  if (((k->N <= blockrow_max_n && k->M <= kn->rms_bwd.blockrow_max_m) ||
+       (k->N <= narrow_max_n && k->M <= kn->rms_bwd.narrow_max_m)) &&
       nl__fits(NL_CUDA, NL_BWD, "blockrow", k))
     return "blockrow";
   if (k->M >= kn->rms_bwd.persistent_min_m)
@@ -125,7 +136,8 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "rmsnorm.fwd.blockrow_max_m (below rmsnorm.fwd.row_min_n columns from "                     \
       "rmsnorm.fwd.narrow_min_m rows whatever M), persistent from "                               \
       "rmsnorm.fwd.persistent_min_m rows and rmsnorm.fwd.persistent_min_n columns, row "          \
-      "otherwise (LayerNorm: layernorm.fwd.staged_min_n and row_min_n)", AUTO_LIMITS),            \
+      "otherwise (LayerNorm: layernorm.fwd.staged_min_n and row_min_n; add_rmsnorm: "             \
+      "add_rmsnorm.fwd.blockrow_max_n)", AUTO_LIMITS),                                            \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \
       "fp32 temp and a column-reduce kernel (the old design)", LIMITS),                           \
   BWD(O, OP, "blockrow", PARTIALS | ATOMIC, NL_REDUCE_PARTIALS, NULL, "a warp or less per row, "  \
@@ -144,7 +156,9 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "rmsnorm.bwd.narrow_max_m), then "                                                          \
       "persistent from rmsnorm.bwd.persistent_min_m rows (fp32: partials up to "                  \
       "rmsnorm.bwd.fp32_partials_max_n), partials below; a "                                      \
-      "requested reduction steers it to a variant that has one", AUTO_LIMITS)
+      "requested reduction steers it to a variant that has one (LayerNorm: "                      \
+      "layernorm.bwd.row_max_n and blockrow_max_n; add_rmsnorm: "                                 \
+      "add_rmsnorm.bwd.blockrow_max_n and narrow_max_n)", AUTO_LIMITS)
 
 const nl_variant nl__cuda_variants[] = {
   NORM_ENTRIES("rmsnorm", NL_OP_RMSNORM),

@@ -754,6 +754,19 @@ describe("CUDA ops #cuda", function()
         assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
       end)
     free(m, r)
+    -- add_rmsnorm follows its twin of blockrow_max_n
+    local res, ro = cuda:randn({64, 1024}, "bf16", {seed = 4}), cuda:empty({64, 1024}, "bf16")
+    local add = {x = x, y = y, residual = res, residual_out = ro, eps = 1e-6}
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["add_rmsnorm.fwd.blockrow_max_n"] = 512,
+      ["rmsnorm.fwd.blockrow_max_m"] = 64, ["rmsnorm.fwd.blockrow_min_m"] = 1}, function()
+        assert.are.equal("add_rmsnorm.fwd.row", nl.resolve("add_rmsnorm.fwd.auto", add))
+        assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", args))
+      end)
+    with_settings({["add_rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 64,
+      ["rmsnorm.fwd.blockrow_min_m"] = 1}, function()
+        assert.are.equal("add_rmsnorm.fwd.blockrow", nl.resolve("add_rmsnorm.fwd.auto", add))
+      end)
+    free(res, ro)
     local xw, yw = cuda:empty({2, 1048576}, "fp32"), cuda:empty({2, 1048576}, "fp32")
     with_settings({["rmsnorm.fwd.staged_min_n"] = 1024}, function()
       -- 4 MiB rows do not fit: row's looping kernel
@@ -762,7 +775,7 @@ describe("CUDA ops #cuda", function()
     free(x, y, xw, yw)
   end)
 
-  it_cuda("auto backward: row_max_n, blockrow and narrow bands, fp32 partials up to fp32_partials_max_n, reductions steer it", function()
+  it_cuda("auto backward: row_max_n, blockrow and narrow bands, fp32 partials up to fp32_partials_max_n, reductions steer it, LayerNorm's twins", function()
     local function pick(M, N, dtype, reduce)
       local dy, x = cuda:empty({M, N}, dtype), cuda:empty({M, N}, dtype)
       local rstd, dx = cuda:empty({M}, "fp32"), cuda:empty({M, N}, dtype)
@@ -804,6 +817,46 @@ describe("CUDA ops #cuda", function()
       assert.are.equal("rmsnorm.bwd.row", pick(15, 1024, "bf16"))
       assert.are.equal("rmsnorm.bwd.partials", pick(15, 2048, "bf16"))
       assert.are.equal("rmsnorm.bwd.row", pick(15, 2048, "bf16", "temp"))
+    end)
+    -- LayerNorm follows its twins of row_max_n and blockrow_max_n,
+    -- add_rmsnorm its twins of blockrow_max_n and narrow_max_n, RMSNorm neither
+    local function pick_ln(M, N)
+      local dy, x = cuda:empty({M, N}, "bf16"), cuda:empty({M, N}, "bf16")
+      local mean, rstd, dx = cuda:empty({M}, "fp32"), cuda:empty({M}, "fp32"), cuda:empty({M, N}, "bf16")
+      local w, b = cuda:empty({N}, "bf16"), cuda:empty({N}, "bf16")
+      local dw, db = cuda:empty({N}, "bf16"), cuda:empty({N}, "bf16")
+      local got = nl.resolve("layernorm.bwd.auto",
+        {dy = dy, x = x, w = w, b = b, mean = mean, rstd = rstd, dx = dx, dw = dw, db = db})
+      free(dy, x, mean, rstd, dx, w, b, dw, db)
+      return got
+    end
+    local function pick_add(M, N)
+      local dy, x = cuda:empty({M, N}, "bf16"), cuda:empty({M, N}, "bf16")
+      local rstd, dx = cuda:empty({M}, "fp32"), cuda:empty({M, N}, "bf16")
+      local w, dw = cuda:empty({N}, "bf16"), cuda:empty({N}, "bf16")
+      local got = nl.resolve("add_rmsnorm.bwd.auto",
+        {dy = dy, dres = dy, x = x, w = w, rstd = rstd, dx = dx, dw = dw})
+      free(dy, x, rstd, dx, w, dw)
+      return got
+    end
+    with_settings({["rmsnorm.bwd.partials_min_m"] = 16, ["rmsnorm.bwd.row_max_n"] = 2048,
+      ["layernorm.bwd.row_max_n"] = 1024, ["rmsnorm.bwd.persistent_min_m"] = 8,
+      ["rmsnorm.bwd.blockrow_max_n"] = 256,
+      ["layernorm.bwd.blockrow_max_n"] = 128, ["rmsnorm.bwd.blockrow_max_m"] = 64,
+      ["rmsnorm.bwd.narrow_max_n"] = 0}, function()
+      assert.are.equal("layernorm.bwd.row", pick_ln(15, 1024))
+      assert.are.equal("layernorm.bwd.persistent", pick_ln(15, 2048))
+      assert.are.equal("rmsnorm.bwd.row", pick(15, 2048, "bf16"))
+      assert.are.equal("layernorm.bwd.blockrow", pick_ln(64, 128))
+      assert.are.equal("layernorm.bwd.persistent", pick_ln(64, 256))
+      assert.are.equal("rmsnorm.bwd.blockrow", pick(64, 256, "bf16"))
+      with_settings({["add_rmsnorm.bwd.blockrow_max_n"] = 0, ["rmsnorm.bwd.narrow_max_n"] = 512,
+        ["add_rmsnorm.bwd.narrow_max_n"] = 128, ["rmsnorm.bwd.narrow_max_m"] = 32}, function()
+        assert.are.equal("add_rmsnorm.bwd.persistent", pick_add(64, 128))
+        assert.are.equal("add_rmsnorm.bwd.blockrow", pick_add(32, 128))
+        assert.are.equal("add_rmsnorm.bwd.persistent", pick_add(32, 256))
+        assert.are.equal("rmsnorm.bwd.blockrow", pick(32, 256, "bf16"))
+      end)
     end)
   end)
 
