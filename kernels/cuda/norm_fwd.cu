@@ -303,8 +303,17 @@ __device__ __forceinline__ Stats ln_stats(const FwdArgs &a, Each each, int G, fl
     p = part[parity][((threadIdx.x & ~(G - 1)) >> 5) + (threadIdx.x & (warps - 1))];
   }
   parity ^= 1;
-  const float mu = group_sum(p.x, width) * a.inv_n, d = p.w - mu;
-  return Stats{mu, rsqrtf(group_sum(fmaf(p.y * d, d, p.z), width) * a.inv_n + a.eps)};
+  /* the butterflies over at most 32 warps unrolled, each step behind a uniform test: a loop
+   * over the run-time width spent three more instructions a step */
+  auto sum = [width](float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      if (o < width)
+        v += shfl_xor(v, o);
+    return v;
+  };
+  const float mu = sum(p.x) * a.inv_n, d = p.w - mu;
+  return Stats{mu, rsqrtf(sum(fmaf(p.y * d, d, p.z)) * a.inv_n + a.eps)};
 }
 
 /* The thread's elements of a row held in packs, as ln_stats visits them: converted again in
