@@ -776,13 +776,20 @@ describe("CUDA ops #cuda", function()
   end)
 
   it_cuda("auto backward: row_max_n, blockrow and narrow bands, fp32 partials up to fp32_partials_max_n, reductions steer it, LayerNorm's twins", function()
-    local function pick(M, N, dtype, reduce)
+    -- what the op's auto backward (RMSNorm's unless op says) picks at M x N
+    local function pick(M, N, dtype, reduce, op)
+      op = op or "rmsnorm"
       local dy, x = cuda:empty({M, N}, dtype), cuda:empty({M, N}, dtype)
       local rstd, dx = cuda:empty({M}, "fp32"), cuda:empty({M, N}, dtype)
       local w, dw = cuda:empty({N}, dtype), cuda:empty({N}, dtype)
-      local got = nl.resolve("rmsnorm.bwd.auto",
-        {dy = dy, x = x, w = w, rstd = rstd, dx = dx, dw = dw, reduce = reduce})
-      free(dy, x, rstd, dx, w, dw)
+      local args = {dy = dy, x = x, w = w, rstd = rstd, dx = dx, dw = dw, reduce = reduce}
+      if op == "layernorm" then
+        args.mean, args.b, args.db = cuda:empty({M}, "fp32"), cuda:empty({N}, dtype), cuda:empty({N}, dtype)
+      elseif op == "add_rmsnorm" then
+        args.dres = dy
+      end
+      local got = nl.resolve(op .. ".bwd.auto", args)
+      free(dy, x, rstd, dx, w, dw, args.mean, args.b, args.db)
       return got
     end
     with_settings({["rmsnorm.bwd.persistent_min_m"] = 64, ["rmsnorm.bwd.partials_min_m"] = 8,
@@ -820,41 +827,22 @@ describe("CUDA ops #cuda", function()
     end)
     -- LayerNorm follows its twins of row_max_n and blockrow_max_n,
     -- add_rmsnorm its twins of blockrow_max_n and narrow_max_n, RMSNorm neither
-    local function pick_ln(M, N)
-      local dy, x = cuda:empty({M, N}, "bf16"), cuda:empty({M, N}, "bf16")
-      local mean, rstd, dx = cuda:empty({M}, "fp32"), cuda:empty({M}, "fp32"), cuda:empty({M, N}, "bf16")
-      local w, b = cuda:empty({N}, "bf16"), cuda:empty({N}, "bf16")
-      local dw, db = cuda:empty({N}, "bf16"), cuda:empty({N}, "bf16")
-      local got = nl.resolve("layernorm.bwd.auto",
-        {dy = dy, x = x, w = w, b = b, mean = mean, rstd = rstd, dx = dx, dw = dw, db = db})
-      free(dy, x, mean, rstd, dx, w, b, dw, db)
-      return got
-    end
-    local function pick_add(M, N)
-      local dy, x = cuda:empty({M, N}, "bf16"), cuda:empty({M, N}, "bf16")
-      local rstd, dx = cuda:empty({M}, "fp32"), cuda:empty({M, N}, "bf16")
-      local w, dw = cuda:empty({N}, "bf16"), cuda:empty({N}, "bf16")
-      local got = nl.resolve("add_rmsnorm.bwd.auto",
-        {dy = dy, dres = dy, x = x, w = w, rstd = rstd, dx = dx, dw = dw})
-      free(dy, x, rstd, dx, w, dw)
-      return got
-    end
     with_settings({["rmsnorm.bwd.partials_min_m"] = 16, ["rmsnorm.bwd.row_max_n"] = 2048,
       ["layernorm.bwd.row_max_n"] = 1024, ["rmsnorm.bwd.persistent_min_m"] = 8,
       ["rmsnorm.bwd.blockrow_max_n"] = 256,
       ["layernorm.bwd.blockrow_max_n"] = 128, ["rmsnorm.bwd.blockrow_max_m"] = 64,
       ["rmsnorm.bwd.narrow_max_n"] = 0}, function()
-      assert.are.equal("layernorm.bwd.row", pick_ln(15, 1024))
-      assert.are.equal("layernorm.bwd.persistent", pick_ln(15, 2048))
+      assert.are.equal("layernorm.bwd.row", pick(15, 1024, "bf16", nil, "layernorm"))
+      assert.are.equal("layernorm.bwd.persistent", pick(15, 2048, "bf16", nil, "layernorm"))
       assert.are.equal("rmsnorm.bwd.row", pick(15, 2048, "bf16"))
-      assert.are.equal("layernorm.bwd.blockrow", pick_ln(64, 128))
-      assert.are.equal("layernorm.bwd.persistent", pick_ln(64, 256))
+      assert.are.equal("layernorm.bwd.blockrow", pick(64, 128, "bf16", nil, "layernorm"))
+      assert.are.equal("layernorm.bwd.persistent", pick(64, 256, "bf16", nil, "layernorm"))
       assert.are.equal("rmsnorm.bwd.blockrow", pick(64, 256, "bf16"))
       with_settings({["add_rmsnorm.bwd.blockrow_max_n"] = 0, ["rmsnorm.bwd.narrow_max_n"] = 512,
         ["add_rmsnorm.bwd.narrow_max_n"] = 128, ["rmsnorm.bwd.narrow_max_m"] = 32}, function()
-        assert.are.equal("add_rmsnorm.bwd.persistent", pick_add(64, 128))
-        assert.are.equal("add_rmsnorm.bwd.blockrow", pick_add(32, 128))
-        assert.are.equal("add_rmsnorm.bwd.persistent", pick_add(32, 256))
+        assert.are.equal("add_rmsnorm.bwd.persistent", pick(64, 128, "bf16", nil, "add_rmsnorm"))
+        assert.are.equal("add_rmsnorm.bwd.blockrow", pick(32, 128, "bf16", nil, "add_rmsnorm"))
+        assert.are.equal("add_rmsnorm.bwd.persistent", pick(32, 256, "bf16", nil, "add_rmsnorm"))
         assert.are.equal("rmsnorm.bwd.blockrow", pick(32, 256, "bf16"))
       end)
     end)

@@ -303,8 +303,9 @@ __device__ __forceinline__ Stats ln_stats(const FwdArgs &a, Each each, int G, fl
     p = part[parity][((threadIdx.x & ~(G - 1)) >> 5) + (threadIdx.x & (warps - 1))];
   }
   parity ^= 1;
-  /* the butterflies over at most 32 warps unrolled, each step behind a uniform test: a loop
-   * over the run-time width spent three more instructions a step */
+  /* group_sum's butterflies over at most 32 warps, unrolled, each step behind a uniform test:
+   * its loop over the run-time width spent three more instructions a step (unrolled in
+   * group_sum itself, for every caller, it moved other kernels' registers by up to 20) */
   auto sum = [width](float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
