@@ -26,10 +26,14 @@ static const char *transpose_auto(const nl_knobs *kn, const nlk_norm *k)
   return "tiled";
 }
 
+/* persistent from cpu.persistent_min_m rows, row below; a requested reduction steers the
+ * backward to the variant that has it (temp: row, partials: persistent). */
 static const char *cpu_auto(const nl_knobs *kn, const nlk_norm *k)
 {
   if (k->dt == NLK_F64)
     return "ref";
+  if (k->reduce == NLK_REDUCE_TEMP || k->reduce == NLK_REDUCE_PARTIALS)
+    return k->reduce == NLK_REDUCE_TEMP ? "row" : "persistent";
   return k->M >= kn->cpu.persistent_min_m ? "persistent" : "row";
 }
 
@@ -49,6 +53,8 @@ static const char *cpu_auto(const nl_knobs *kn, const nlk_norm *k)
 #define FAST_LIMITS "any M, N >= 1; fp32, fp16, bf16; weight fp32, x dtype or none"
 #define TR_LIMITS "any M, N >= 1; x of any dtype; y and yt x's dtype or fp8"
 #define AUTO_SUMMARY "persistent from cpu.persistent_min_m rows, row below; ref for fp64"
+#define AUTO_BWD_SUMMARY "persistent from cpu.persistent_min_m rows, row below; a requested " \
+  "reduction steers it (temp: row, partials: persistent); ref for fp64"
 #define AUTO_LIMITS "as the variant it picks"
 
 #define OP_ENTRIES(O, OP)                                                                       \
@@ -64,7 +70,7 @@ static const char *cpu_auto(const nl_knobs *kn, const nlk_norm *k)
   BWD(O, OP, "persistent", FAST_DT, PARTIALS, NL_REDUCE_PARTIALS, NULL,                         \
       "threads stride over rows, dW in a per-thread fp32 partial row, then one reduction",      \
       FAST_LIMITS),                                                                             \
-  BWD(O, OP, "auto", REF_DT, TEMP | PARTIALS, 0, cpu_auto, AUTO_SUMMARY, AUTO_LIMITS)
+  BWD(O, OP, "auto", REF_DT, TEMP | PARTIALS, 0, cpu_auto, AUTO_BWD_SUMMARY, AUTO_LIMITS)
 
 const nl_variant nl__cpu_variants[] = {
   OP_ENTRIES("rmsnorm", NL_OP_RMSNORM),

@@ -63,19 +63,20 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
  * persistent_min_m rows (partials for fp32 rows up to fp32_partials_max_n: fp32 favours
  * partials' contiguous row chunks over persistent's grid stride, 16-bit rows do not),
  * partials below; a requested reduction steers it to a variant that has one (temp: row;
- * atomic: not partials). LayerNorm and add_rmsnorm take their own twins of some of these
+ * partials: not row; atomic: not partials). LayerNorm and add_rmsnorm take their own twins of some of these
  * (layernorm.bwd.*, add_rmsnorm.bwd.*: LayerNorm's row keeps two temps, dW's and dB's, and
  * both ops' extra row traffic moves the crossovers). */
 static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
 {
   const int ln = k->op == NLK_LAYERNORM, add = k->op == NLK_ADD_RMSNORM;
-  const int atomic = k->reduce == NLK_REDUCE_ATOMIC;
+  const int atomic = k->reduce == NLK_REDUCE_ATOMIC, partials = k->reduce == NLK_REDUCE_PARTIALS;
   const int64_t row_max_n = ln ? kn->ln_bwd.row_max_n : kn->rms_bwd.row_max_n;
   const int64_t blockrow_max_n = ln    ? kn->ln_bwd.blockrow_max_n
                                  : add ? kn->add_bwd.blockrow_max_n
                                        : kn->rms_bwd.blockrow_max_n;
   const int64_t narrow_max_n = add ? kn->add_bwd.narrow_max_n : kn->rms_bwd.narrow_max_n;
-  if (k->reduce == NLK_REDUCE_TEMP || (k->M < kn->rms_bwd.partials_min_m && k->N <= row_max_n))
+  if (k->reduce == NLK_REDUCE_TEMP ||
+      (!partials && k->M < kn->rms_bwd.partials_min_m && k->N <= row_max_n))
     return "row";
   if (((k->N <= blockrow_max_n && k->M <= kn->rms_bwd.blockrow_max_m) ||
        (k->N <= narrow_max_n && k->M <= kn->rms_bwd.narrow_max_m)) &&
@@ -150,13 +151,13 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "CTAs striding over rows, next rows in flight through cp.async, dW in registers, rows "     \
       "over rmsnorm.bwd.share_n shared by a cluster (sm_90); partials reduced after a grid "      \
       "barrier in the same kernel (rmsnorm.bwd.fused_reduce) or by the reduce kernel", LIMITS),   \
-  BWD(O, OP, "auto", 0, 0, auto_bwd, "row below rmsnorm.bwd.partials_min_m rows up to "          \
-      "rmsnorm.bwd.row_max_n columns, blockrow for N <= rmsnorm.bwd.blockrow_max_n and M <= "     \
-      "rmsnorm.bwd.blockrow_max_m (or N <= rmsnorm.bwd.narrow_max_n and M <= "                    \
-      "rmsnorm.bwd.narrow_max_m), then "                                                          \
-      "persistent from rmsnorm.bwd.persistent_min_m rows (fp32: partials up to "                  \
-      "rmsnorm.bwd.fp32_partials_max_n), partials below; a "                                      \
-      "requested reduction steers it to a variant that has one (LayerNorm: "                      \
+  BWD(O, OP, "auto", TEMP | PARTIALS | ATOMIC, 0, auto_bwd,                                       \
+      "row below rmsnorm.bwd.partials_min_m rows up to rmsnorm.bwd.row_max_n columns, "           \
+      "blockrow for N <= rmsnorm.bwd.blockrow_max_n and M <= rmsnorm.bwd.blockrow_max_m (or N "   \
+      "<= rmsnorm.bwd.narrow_max_n and M <= rmsnorm.bwd.narrow_max_m), then persistent from "     \
+      "rmsnorm.bwd.persistent_min_m rows (fp32: partials up to "                                  \
+      "rmsnorm.bwd.fp32_partials_max_n), partials below; a requested reduction steers it to a "   \
+      "variant that has one (temp: row; partials: not row; atomic: not partials; LayerNorm: "     \
       "layernorm.bwd.row_max_n and blockrow_max_n; add_rmsnorm: "                                 \
       "add_rmsnorm.bwd.blockrow_max_n and narrow_max_n)", AUTO_LIMITS)
 

@@ -155,6 +155,16 @@ describe("settings", function()
     assert.are.equal("rmsnorm.fwd.persistent", nl.resolve("rmsnorm.fwd.auto", args))
     nl.set("cpu.persistent_min_m", 9)
     assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+    -- a requested reduction steers the backward to the variant that has it
+    local dy, w, rstd, dx, dw = keep(cpu:randn({8, 16}), cpu:full({16}, 1), cpu:full({8}, 1),
+      cpu:empty({8, 16}), cpu:empty({16}))
+    local bwd = {dy = dy, x = x, w = w, rstd = rstd, dx = dx, dw = dw}
+    assert.are.equal("rmsnorm.bwd.row", nl.resolve("rmsnorm.bwd.auto", bwd))
+    bwd.reduce = "partials"
+    assert.are.equal("rmsnorm.bwd.persistent", nl.resolve("rmsnorm.bwd.auto", bwd))
+    nl.set("cpu.persistent_min_m", 4)
+    bwd.reduce = "temp"
+    assert.are.equal("rmsnorm.bwd.row", nl.resolve("rmsnorm.bwd.auto", bwd))
     settings.restore(saved)
   end)
 end)

@@ -802,6 +802,8 @@ describe("CUDA ops #cuda", function()
       assert.are.equal("rmsnorm.bwd.persistent", pick(8, 1024, "bf16", "atomic"))
       assert.are.equal("rmsnorm.bwd.row", pick(64, 1024, "bf16", "temp"))
       assert.are.equal("rmsnorm.bwd.row", pick(4, 1024, "bf16"))
+      assert.are.equal("rmsnorm.bwd.partials", pick(4, 1024, "bf16", "partials"))
+      assert.are.equal("rmsnorm.bwd.row", pick(4, 1024, "bf16", "atomic"))
     end)
     -- blockrow up to blockrow_max_n columns and blockrow_max_m rows
     with_settings({["rmsnorm.bwd.blockrow_max_n"] = 256, ["rmsnorm.bwd.blockrow_max_m"] = 64,
