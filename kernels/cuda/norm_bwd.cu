@@ -198,8 +198,13 @@ template <Norm NORM> __device__ __forceinline__ RowSum<NORM> scaled(RowSum<NORM>
 
 /* One element's gradients: returns dx = r * (dy * W - xhat * cx) (LayerNorm: - cg too), plus
  * the residual gradient d when add_rmsnorm has one, and sets dW's contribution dy * xhat
- * (RMSNorm: xhat rounded to T as the forward used it, except in gemma mode) and dB's, dy. */
-template <typename T, Norm NORM>
+ * (RMSNorm: xhat rounded to T as the forward used it, except in gemma mode) and dB's, dy.
+ * LayerNorm in scalar packs (VEC 1) rounds dy * W before taking cg from it, as the row sum
+ * took it, instead of fusing the two: a one-element row (whose dy W is its own mean cg, and
+ * only scalar packs carry one) then gets exactly 0, as the reference, not the product's
+ * rounding error times rstd (1 / sqrt(eps) there). The 16-byte kernels keep the fused
+ * multiply-add: the extra multiply cost LayerNorm's pipelined kernel 1% at 16384 columns. */
+template <typename T, int VEC, Norm NORM>
 __device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float W, const RowG &g,
                                       float d, float &contrib, float &contrib_b)
 {
@@ -207,7 +212,7 @@ __device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float
   if constexpr (NORM == Norm::LN) {
     const float xh = (x - g.mu) * g.r;
     contrib = dy * xh;
-    return g.r * (dy * W - g.cg - xh * g.cx);
+    return g.r * ((VEC == 1 ? __fmul_rn(dy, W) : dy * W) - g.cg - xh * g.cx);
   } else {
     const float xh = x * g.r;
     float dx = g.r * (dy * W - xh * g.cx);
@@ -266,7 +271,7 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
         unpack(dres_of(i, v), d);
 #pragma unroll
       for (int j = 0; j < VEC; j++)
-        o.v[j] = from_f<T>(grad<T, NORM>(a, g[j], x[j], W[j], rg, d[j], contrib[j], contrib_b[j]));
+        o.v[j] = from_f<T>(grad<T, VEC, NORM>(a, g[j], x[j], W[j], rg, d[j], contrib[j], contrib_b[j]));
       store<T, VEC>(a.dx, row, a.sdx, v, o);
       take(i, v, contrib, contrib_b);
     }
@@ -734,7 +739,7 @@ __global__ void __launch_bounds__(LOOP_BLOCK) bwd_loop(BwdArgs a)
       float contrib[VEC], contrib_b[VEC];
 #pragma unroll
       for (int j = 0; j < VEC; j++)
-        o.v[j] = from_f<T>(grad<T, NORM>(a, to_f(gv.v[j]), to_f(xv.v[j]), W[j], rg, d[j], contrib[j],
+        o.v[j] = from_f<T>(grad<T, VEC, NORM>(a, to_f(gv.v[j]), to_f(xv.v[j]), W[j], rg, d[j], contrib[j],
                                          contrib_b[j]));
       store<T, VEC>(a.dx, row, a.sdx, v, o);
       if (NORM == Norm::RMS || a.dw)
@@ -811,7 +816,7 @@ __global__ void __launch_bounds__(SPLIT_BLOCK) bwd_cols(BwdArgs a)
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
       float contrib, contrib_b;
-      o.v[j] = from_f<T>(grad<T, NORM>(a, to_f(gv.v[j]), to_f(xv.v[j]), W[j], rg, d[j], contrib,
+      o.v[j] = from_f<T>(grad<T, VEC, NORM>(a, to_f(gv.v[j]), to_f(xv.v[j]), W[j], rg, d[j], contrib,
                                        contrib_b));
       dw[j] += contrib;
       db[j] += contrib_b;
