@@ -975,6 +975,25 @@ describe("CUDA ops #cuda", function()
       end
     end)
 
+  it_ln("layernorm: one-element rows get dx exactly 0 from every backward variant", function()
+    -- x - mean and dy W - mean(dy W) both vanish in a one-element row, while rstd is
+    -- 1 / sqrt(eps): any rounding of dy W that the mean does not share would show, times 316
+    local M = 16411
+    for _, dtype in ipairs({"fp32", "bf16"}) do
+      local x, dy = cuda:randn({M, 1}, dtype, {seed = 11}), cuda:randn({M, 1}, dtype, {seed = 12, std = 4})
+      local w = cuda:randn({1}, "fp32", {seed = 13, mean = 1, std = 0.5})
+      local b = cuda:randn({1}, "fp32", {seed = 14})
+      local y, mean, rstd = nl.layernorm(x, w, b)
+      for _, v in ipairs(variants("layernorm", "bwd")) do
+        local dx, dw, db = nl.layernorm_bwd(dy, x, w, b, mean, rstd, {variant = v, offset = 0.97})
+        local zeros = cuda:full({M, 1}, 0, dtype)
+        assert_same_bits(dx, zeros, v .. " " .. dtype .. " dx")
+        free(dx, dw, db, zeros)
+      end
+      free(x, dy, w, b, y, mean, rstd)
+    end
+  end)
+
   it_ln("layernorm: NaN and Inf inputs flow through to NaN rows", function()
     local x = cuda:randn({4, 256}, "bf16", {seed = 5})
     local w, b = cuda:randn({256}, "bf16", {seed = 6}), cuda:randn({256}, "fp32", {seed = 7})
