@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, CUDA specs, sanitizers, benchmarks; logs under $OUT.
-#   tools/gpu.sh [steps...]     steps: build spec spec-ffi sanitize bench tune peers
+#   tools/gpu.sh [steps...]     steps: build spec spec-ffi sanitize fuzz bench tune peers
 #                               (default: build spec bench)
 # Run from the repository root on a machine with the CUDA toolkit, CMake, Ninja, and Lua 5.4,
 # LuaJIT and busted on PATH (for `peers`: PyTorch, and Liger / QuACK where installed). Each
@@ -39,6 +39,16 @@ for step in $steps; do
         STEP_TIMEOUT=${SANITIZE_TIMEOUT:-600} run "$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 \
           "$BUILD/normlab" tools/sanitize_subset.lua
       done ;;
+    fuzz)
+      # random cases against the reference (FUZZ_SEED, about 4 minutes): plain, then with
+      # runtime settings and fp8 outputs, then small ones under memcheck
+      seed=${FUZZ_SEED:-$RANDOM}
+      run fuzz "$BUILD/normlab" tools/fuzz.lua --device cuda --cases 100000 --seed "$seed" --time-s 90
+      run fuzz_settings "$BUILD/normlab" tools/fuzz.lua --device cuda --cases 100000 --seed "$seed" \
+        --settings --fp8 --time-s 90
+      run fuzz_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/normlab" \
+        tools/fuzz.lua --device cuda --cases 100000 --seed "$seed" --max-elems 3e4 --settings --fp8 \
+        --time-s 60 ;;
     bench)
       run bwd "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --markdown "$OUT/bwd.md" --json "$OUT/bwd.json"
       run bwd_large "$BUILD/normlab" experiments/bwd_sweep.lua --device cuda --graph --M 32768 --N 4096,8192 --dtypes bf16 --markdown "$OUT/bwd_large.md"
