@@ -118,7 +118,7 @@ template <typename T, int VEC, Norm NORM> const void *fwd_kernel(const FwdKernel
  * per thread: two resident rows of 512 threads move more than one of 1024), within 64
  * registers up to 4 packs. From ptxas's counts for bf16 (the hungriest dtype), so that
  * nothing spills. */
-constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}, 0};
+constexpr BlockLimits FWD_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 2}, 0, true};
 constexpr BlockLimits FWD_PIPE_LIMITS{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 512};
 /* The pipelined kernels with an fp8 y hold about half as many registers again (ptxas: 244
  * instead of 128 at 8 packs, bf16 in), and with a strided yt of fp16 they spill at 8 packs
@@ -144,10 +144,10 @@ namespace {
 
 /* The early-weight kernels at 2 packs in fewer registers, three CTAs of 512: one CTA more
  * per SM is what an N = 4096 row needs to reach the roofline. */
-constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0};
+constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0, true};
 /* reload: nothing held across the reduction, so 32 registers and a full SM of threads up
  * to 2 packs; the first read's packs need more at 4 (three CTAs of 512) and 8. */
-constexpr BlockLimits FWD_RELOAD_LIMITS{{1024, 512, 512, 256}, {2, 4, 3, 4}, 0};
+constexpr BlockLimits FWD_RELOAD_LIMITS{{1024, 512, 512, 256}, {2, 4, 3, 4}, 0, true};
 
 /* A row's statistics: 1 / its root mean square r, about its mean mu for LayerNorm (mu = 0
  * for RMSNorm). */
@@ -564,7 +564,8 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
  * takes the prologue from 54 PTX instructions before x's load to 32 and leaves no branch on
  * the group's size; small rows are where that prologue is a row's cost. */
 template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT, int LANES = 0>
-__global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS : FWD_LIMITS).ctas(ITEMS))
+__global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
+                                  (EARLY ? FWD_EARLY_LIMITS : FWD_LIMITS).ctas_at(ITEMS, VEC * sizeof(T)))
     fwd_one(FwdArgs a, FwdOut o)
 {
   pdl_begin(a.pdl);
@@ -589,7 +590,8 @@ __global__ void __launch_bounds__(FWD_LIMITS(ITEMS), (EARLY ? FWD_EARLY_LIMITS :
  * where the register-held row fits three. The weight is read from L1 after the reduction. y
  * goes out through plain stores: streaming ones measured slower in this kernel alone. */
 template <typename T, int VEC, int ITEMS>
-__global__ void __launch_bounds__(FWD_RELOAD_LIMITS(ITEMS), FWD_RELOAD_LIMITS.ctas(ITEMS))
+__global__ void __launch_bounds__(FWD_RELOAD_LIMITS.at(ITEMS, VEC * sizeof(T)),
+                                  FWD_RELOAD_LIMITS.ctas_at(ITEMS, VEC * sizeof(T)))
     fwd_reload(FwdArgs a, FwdOut o)
 {
   pdl_begin(a.pdl);

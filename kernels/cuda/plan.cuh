@@ -66,6 +66,10 @@ struct BlockLimits {
   int by_items[4];   /* items 1, 2, 4, 8 */
   int min_ctas[4];
   int max_group;     /* GROUPS and STRIDE: the most threads sharing a row (0: the block limit) */
+  /* packs narrower than 16 bytes (rows of single elements) count as the 16-byte packs their
+   * elements fill, in the plans and in the kernels' launch bounds alike: 8 bf16 elements a
+   * thread take one 16-byte pack's registers, not eight packs' */
+  bool by_bytes;
   static __host__ __device__ constexpr int slot(int items)
   {
     return items <= 1 ? 0 : items == 2 ? 1 : items == 4 ? 2 : 3;
@@ -75,6 +79,13 @@ struct BlockLimits {
   {
     return min_ctas[slot(items)] > 1 ? min_ctas[slot(items)] : 1;
   }
+  /* the same for `items` packs of `pack` bytes */
+  __host__ __device__ constexpr int filled(int items, int pack) const
+  {
+    return by_bytes && pack < 16 ? (items * pack + 15) / 16 : items;
+  }
+  __host__ __device__ constexpr int at(int items, int pack) const { return (*this)(filled(items, pack)); }
+  __host__ __device__ constexpr int ctas_at(int items, int pack) const { return ctas(filled(items, pack)); }
 };
 
 /* A row layout: `group` threads share a row, each keeping `items` packs of `vec` elements; a
@@ -146,7 +157,10 @@ __host__ inline int pick_vec(const nlk_norm *k, int64_t n, int elt)
  * packs per thread, from want.items up, that fit the block limits. GROUPS and STRIDE CTAs
  * take want.block threads (capped by the limits), fewer when their staging would not fit
  * `smem`. items = 0 in the result: no register layout fits (for want.items = 0, CTA, GROUPS
- * and STRIDE report that at once, so that the looping kernel runs). */
+ * and STRIDE report that at once, so that the looping kernel runs). A CTA per row of single
+ * elements under limits by_bytes starts from as many elements as want.items 16-byte packs
+ * hold (up to MAX_ITEMS): at 2 a thread its loads in flight were too few (H100, rmsnorm
+ * forward, 32768 x 1023 bf16: 1067 GB/s at 2 elements, 1914 at 8). */
 __host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows, BlockLimits limits,
                                Want want, SmemCost smem)
 {
@@ -156,19 +170,25 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows,
   c.vec = pick_vec(k, n, elt);
   nvec = n / c.vec;
   c.grid = 0;
+  /* GROUPS (persistent's fallback) keeps the layout of the pipelined kernel it stands in for,
+   * whose limits count packs whatever their width: y's bits stay those of the pipelined
+   * kernel, with or without a transposed copy (which sends it to GROUPS) */
+  const int pack = rows == Rows::GROUPS ? 16 : c.vec * elt;
   if (want.items == 0 && rows != Rows::WARP)
     target = MAX_ITEMS * 2;
+  else if (rows == Rows::CTA && limits.by_bytes && pack < 16)
+    target = target * 16 / pack > MAX_ITEMS ? MAX_ITEMS : pow2ceil(target * 16 / pack);
   for (int items = target; items <= MAX_ITEMS; items *= 2) {
     const int64_t per = (nvec + items - 1) / items; /* threads that cover the row */
     int group = pow2ceil(per);
     c.items = items;
     c.group = group;
     if (rows == Rows::WARP) {
-      if (group > 32 || limits(items) < group)
+      if (group > 32 || limits.at(items, pack) < group)
         continue;
       c.block = pow2ceil(want.warp_block < 32 ? 32 : want.warp_block);
-      if (c.block > limits(items))
-        c.block = limits(items);
+      if (c.block > limits.at(items, pack))
+        c.block = limits.at(items, pack);
       return c;
     }
     if (rows == Rows::CTA) {
@@ -181,13 +201,13 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows,
     } else {
       const int64_t fit = smem.threads(items);
       int pref = pow2ceil(want.block < 32 ? 32 : want.block);
-      c.block = pref > limits(items) ? limits(items) : pref;
+      c.block = pref > limits.at(items, pack) ? limits.at(items, pack) : pref;
       while (c.block > group && c.block > fit)
         c.block >>= 1;
       if (c.block < group)
         c.block = group < 32 ? 32 : group;
     }
-    if (c.block > limits(items))  /* a limit of 0: no kernel with this many packs */
+    if (c.block > limits.at(items, pack))  /* a limit of 0: no kernel with this many packs */
       continue;
     if (c.block > smem.threads(items))  /* more packs per thread would not fit either */
       break;
