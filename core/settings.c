@@ -108,7 +108,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA auto forward: persistent from this many columns (and persistent_min_m rows)"},
   {.key = "rmsnorm.fwd.items", AT(fwd.items, I32),
    .def = 2, .min = 0, .max = 8,
-   .doc = "CUDA forward: target 16-byte packs per thread per row (1, 2, 4, 8); fewer threads per row as it grows; 0: row and persistent run the two-pass looping kernel"},
+   .doc = "CUDA forward: target 16-byte packs per thread per row (1, 2, 4, 8); fewer threads per row as it grows; a CTA per row of single elements (N not a multiple of 16 bytes) takes as many elements as these packs hold, at most 8; 0: row and persistent run the two-pass looping kernel"},
   {.key = "rmsnorm.fwd.fp8_items", AT(fwd.fp8_items, I32),
    .def = 4, .min = 1, .max = 8,
    .doc = "CUDA forward with an fp8 y: at least this many 16-byte packs per thread per row (the fp8 epilogue's per-thread cost spread over more elements)"},
