@@ -31,6 +31,7 @@
 local nl = require("normlab")
 local core = require("normlab.binding")
 local settings = require("normlab.settings")
+local member = require("normlab.util").member
 
 local fuzz = {}
 
@@ -105,13 +106,6 @@ function Rng:log_int(lo, hi)
 end
 
 ---- the space of cases on a device ----
-
-local function member(list, x)
-  for _, v in ipairs(list) do
-    if v == x then return true end
-  end
-  return false
-end
 
 -- The settings a case may draw on dev: the harness's (bench.*) never, the CPU's (cpu.*) on
 -- the CPU only, and there only those that its kernels read (their docs do not start "CUDA").

@@ -21,6 +21,7 @@
 
 local argparse = require("argparse")
 local sweep = require("normlab.sweep")
+local member = require("normlab.util").member
 
 local cli = {}
 
@@ -35,13 +36,6 @@ cli.VECTOR_KINDS = {"fp32", "x", "none"}
 -- (--weight does not apply to it) and without a backward pass.
 local HAS_BIAS = {layernorm = true}
 local NO_WEIGHT = {transpose = true}
-
-local function member(list, x)
-  for _, v in ipairs(list) do
-    if v == x then return true end
-  end
-  return false
-end
 
 -- Errors -------------------------------------------------------------------------------------
 

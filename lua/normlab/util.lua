@@ -49,6 +49,14 @@ function M.show(v)
   return tostring(v)
 end
 
+-- Whether the list holds x.
+function M.member(list, x)
+  for _, v in ipairs(list) do
+    if v == x then return true end
+  end
+  return false
+end
+
 -- A shallow copy of t.
 function M.copy(t)
   local c = {}
