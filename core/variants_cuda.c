@@ -63,9 +63,9 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
  * persistent_min_m rows (partials for fp32 rows up to fp32_partials_max_n: fp32 favours
  * partials' contiguous row chunks over persistent's grid stride, 16-bit rows do not),
  * partials below; a requested reduction steers it to a variant that has one (temp: row;
- * partials: not row; atomic: not partials). LayerNorm and add_rmsnorm take their own twins of some of these
- * (layernorm.bwd.*, add_rmsnorm.bwd.*: LayerNorm's row keeps two temps, dW's and dB's, and
- * both ops' extra row traffic moves the crossovers). */
+ * partials: not row; atomic: not partials). LayerNorm and add_rmsnorm take their own twins of
+ * some of these (layernorm.bwd.*, add_rmsnorm.bwd.*: LayerNorm's row keeps two temps, dW's
+ * and dB's, and both ops' extra row traffic moves the crossovers). */
 static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
 {
   const int ln = k->op == NLK_LAYERNORM, add = k->op == NLK_ADD_RMSNORM;

@@ -203,7 +203,7 @@ template <Norm NORM> __device__ __forceinline__ RowSum<NORM> scaled(RowSum<NORM>
  * took it, instead of fusing the two: a one-element row (whose dy W is its own mean cg, and
  * only scalar packs carry one) then gets exactly 0, as the reference, not the product's
  * rounding error times rstd (1 / sqrt(eps) there). The 16-byte kernels keep the fused
- * multiply-add: the extra multiply cost LayerNorm's pipelined kernel 1% at 16384 columns. */
+ * multiply-add, which measured faster (docs/kernels.md, "Random cases"). */
 template <typename T, int VEC, Norm NORM>
 __device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float W, const RowG &g,
                                       float d, float &contrib, float &contrib_b)

@@ -159,8 +159,8 @@ __host__ inline int pick_vec(const nlk_norm *k, int64_t n, int elt)
  * `smem`. items = 0 in the result: no register layout fits (for want.items = 0, CTA, GROUPS
  * and STRIDE report that at once, so that the looping kernel runs). A CTA per row of single
  * elements under limits by_bytes starts from as many elements as want.items 16-byte packs
- * hold (up to MAX_ITEMS): at 2 a thread its loads in flight were too few (H100, rmsnorm
- * forward, 32768 x 1023 bf16: 1067 GB/s at 2 elements, 1914 at 8). */
+ * hold (up to MAX_ITEMS), so that a thread keeps about as many bytes in flight as on a
+ * 16-byte row (docs/kernels.md, "Rows of single elements"). */
 __host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows, BlockLimits limits,
                                Want want, SmemCost smem)
 {
