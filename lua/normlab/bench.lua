@@ -20,8 +20,6 @@ local tolerance = require("normlab.tolerance")
 local tune = require("normlab.tune")
 local util = require("normlab.util")
 
-local K = core.constants
-
 local KEYS = {"op", "variants", "M", "N", "dtype", "device", "weight", "bias", "cast", "offset",
   "eps", "reduce", "check", "mode", "outputs", "graph", "batches", "reps", "warmup_ms", "batch_ms",
   "progress", "seed", "stats", "tolerance", "shard", "out_dtype", "scaling", "transpose", "rowwise"}
@@ -399,19 +397,12 @@ local function measure(p, cell, variant, bufs)
   return settings.with(d.settings, measure_as, p, cell, variant, bufs, row, d.name)
 end
 
--- Whether err, caught from a cell, is an out-of-memory or unsupported status of the core,
--- which a sweep reports as a skipped cell instead of stopping. Anything else (bad options, a
--- CUDA error, Ctrl-C) stops it.
-local function skippable(err)
-  local st, msg = core.last_failure()
-  return msg == err and (st == K.NL_ENOMEM or st == K.NL_EUNSUPPORTED)
-end
-
--- pcall(fn, ...) that lets only skippable errors through: true and fn's result, or false and
--- the error.
+-- pcall(fn, ...) that lets only the core's refusals (ops.refused: out of memory, unsupported)
+-- through, which a sweep reports as skipped cells: true and fn's result, or false and the
+-- error. Anything else (bad options, a CUDA error, Ctrl-C) stops the sweep.
 local function attempt(fn, ...)
   local ok, res = pcall(fn, ...)
-  if not ok and not skippable(res) then
+  if not ok and not ops.refused(res) then
     error(res, 0)
   end
   return ok, res

@@ -147,6 +147,13 @@ function M.resolve(name, args)
   return settings.with(d.settings, core.resolve, d.name, args), d.dispatch, d.bucket
 end
 
+-- Whether err, just raised by a call into the core, is the core refusing it (unsupported, or
+-- out of memory) rather than a failure: a sweep skips such a cell, the fuzzer such a case.
+function M.refused(err)
+  local st, msg = core.last_failure()
+  return msg == err and (st == K.NL_EUNSUPPORTED or st == K.NL_ENOMEM)
+end
+
 ---- option helpers ----
 
 function M.eps_opt(who, v, default)
