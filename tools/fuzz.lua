@@ -29,7 +29,7 @@
 -- (require("tools.fuzz"): fuzz.space, fuzz.case, fuzz.check, fuzz.run).
 -- Shared Lua, 5.1-compatible.
 local nl = require("normlab")
-local core = require("normlab.binding")
+local ops = require("normlab.ops")
 local settings = require("normlab.settings")
 local member = require("normlab.util").member
 
@@ -364,14 +364,6 @@ local function strip_position(msg)
   return (tostring(msg):gsub("^[^\n:]+:%d+: ", ""))
 end
 
--- Whether err, just raised by the core, is a refusal (EUNSUPPORTED, or ENOMEM: a case too
--- big for the device) rather than a failure, as nl.bench tells them apart.
-local function refused(err)
-  local st, msg = core.last_failure()
-  local K = core.constants
-  return msg == err and (st == K.NL_EUNSUPPORTED or st == K.NL_ENOMEM)
-end
-
 -- The buffers of one case, freed together whatever happens.
 local function buffer_pool()
   local list = {}
@@ -556,7 +548,7 @@ local function launch(name, args, list)
     if not ok then return nil, why end
     local ran, info = pcall(nl.run, name, args)
     if ran then return info end
-    if refused(info) then return nil, "at run time: " .. strip_position(info) end
+    if ops.refused(info) then return nil, "at run time: " .. strip_position(info) end
     error(info, 0)
   end)
 end
@@ -741,36 +733,32 @@ local function parser()
   local function list_of(allowed, what)
     return function(s) return cli.name_list(s, what, allowed) end
   end
-  -- a number >= lo (an integer unless real)
-  local function number(lo, what, real)
-    return function(s)
-      local n = tonumber(s)
-      if not n or n < lo or (not real and n ~= math.floor(n)) then
-        return nil, format("%s: expected %s >= %d, got '%s'", what, real and "a number"
-          or "an integer", lo, s)
-      end
-      return n
+  local function seconds(s)
+    local n = tonumber(s)
+    if not n or n < 0 then
+      return nil, format("--time-s: expected a number >= 0, got '%s'", s)
     end
+    return n
   end
   p:flag("-h --help", "Show this help and exit.")
   p:option("--device", "Device: cpu, cuda, cuda:N or auto (default: normlab's default).")
     :argname("<dev>")
   p:option("--cases", "Cases to run.", tostring(fuzz.DEFAULTS.cases)):argname("<n>")
-    :convert(number(1, "--cases"))
+    :convert(cli.integer(1, "--cases"))
   p:option("--seed", "Seed of the run.", tostring(fuzz.DEFAULTS.seed)):argname("<n>")
-    :convert(number(0, "--seed"))
+    :convert(cli.integer(0, "--seed"))
   p:option("--case", "Run case K of the seed alone, and print it and each comparison.")
-    :argname("<K>"):convert(number(1, "--case"))
+    :argname("<K>"):convert(cli.integer(1, "--case"))
   p:option("--ops", "Ops, comma list (default: " .. table.concat(fuzz.OPS, ",") .. ").")
     :argname("<list>"):convert(list_of(fuzz.OPS, "--ops"))
   p:option("--passes", "Passes, comma list (default: fwd,bwd).")
     :argname("<list>"):convert(list_of(fuzz.PASSES, "--passes"))
   p:option("--max-elems", "The most elements of a case (M x N).", "4e6"):argname("<n>")
-    :convert(number(1, "--max-elems"))
+    :convert(cli.integer(1, "--max-elems"))
   p:flag("--settings", "Also draw runtime settings (a few keys of nl.settings) per case.")
   p:flag("--fp8", "Forwards also write fp8 y with amax, and transposed copies yt.")
   p:option("--time-s", "Start no case after this many seconds."):argname("<s>")
-    :convert(number(0, "--time-s", true))
+    :convert(seconds)
   p:flag("--verbose", "A line per case.")
   return p, cli
 end

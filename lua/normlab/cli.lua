@@ -136,6 +136,11 @@ local function count(lo)
   end
 end
 
+-- The convert hook of an option `what` that takes an integer >= lo.
+function cli.integer(lo, what)
+  return converter(count(lo), what)
+end
+
 local function one_of(list)
   return function(s, what)
     if member(list, s) then return s end
@@ -189,9 +194,9 @@ function cli.parser(description, defaults, name)
     :argname("<how>"):convert(converter(one_of({"rotate", "shared"}), "--outputs"))
   p:flag("--graph", "Capture each timed batch in a CUDA graph.")
   p:option("--batches", "Timed batches (the median is reported).")
-    :argname("<n>"):default(defaults.batches):convert(converter(count(1), "--batches"))
+    :argname("<n>"):default(defaults.batches):convert(cli.integer(1, "--batches"))
   p:option("--seed", "Seed of the random inputs.")
-    :argname("<n>"):default(defaults.seed):convert(converter(count(0), "--seed"))
+    :argname("<n>"):default(defaults.seed):convert(cli.integer(0, "--seed"))
   p:flag("--no-check", "Skip the check against the fp64 reference.")
   p:flag("--no-stats", "Forward passes write no per-row statistics (rstd, mean), as in "
     .. "inference (torch.compile's forward under no_grad).")
