@@ -36,8 +36,8 @@ __device__ __forceinline__ void discard_line(const float *p)
  * puts the first add before the last load, a second round trip (measured slower, as were 16
  * rows in flight: docs/kernels.md). With `discard` (rows of whole 128-byte lines) each warp
  * then drops the lines it has read: the partials are scratch, and left dirty in L2 they would
- * be written back to DRAM during the next kernel. With `wait`
- * (launched with programmatic dependent launch) it first waits for the kernel that wrote P. */
+ * be written back to DRAM during the next kernel. With `wait` (launched with programmatic
+ * dependent launch) it first waits for the kernel that wrote P. */
 template <int V>
 __global__ void __launch_bounds__(512) dw_reduce(const float *P, int64_t rows, int N, bool discard,
                                                  GradOut out, bool wait)
