@@ -69,6 +69,13 @@ __device__ __forceinline__ void mul_rounded(T *out, float a, float b, const T *w
   *reinterpret_cast<V *>(out) = __hmul2(Pair<T>::make(a, b), *reinterpret_cast<const V *>(w));
 }
 
+/* The same for one element (rows of single elements): a lane of the packed multiply, the
+ * same bits. */
+template <typename T> __device__ __forceinline__ T mul_rounded(float a, T w)
+{
+  return __hmul(from_f<T>(a), w);
+}
+
 /* VEC elements moved as one access: 16 bytes when VEC = 16 / sizeof(T). */
 template <typename T, int VEC> struct __align__(sizeof(T) * VEC) Pack {
   T v[VEC];

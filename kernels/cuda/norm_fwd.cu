@@ -439,7 +439,8 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
  * per-pack tests of presence and dtype, which were half the epilogue's instructions.
  * RMSNorm: its casting modes (W rounded to T in mode none); with llama casting and 16-bit
  * weights of x's dtype and no offset (a.pair, decided on the host), one packed multiply per
- * two elements. The flag decided once on the host and the row's address computed once keep
+ * two elements (a single element, one lane of it: no per-element tests of the weight's kind,
+ * which were most of a scalar row's instructions). The flag decided once on the host and the row's address computed once keep
  * the epilogue short: evaluated per pack, the conditions and the address cost about a
  * quarter more instructions per row. Any other output (e: fp8, strided yt) takes
  * the fp32 values before the final rounding, the packed multiply's unrounded product; the
@@ -465,13 +466,16 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
     for (int j = 0; j < VEC; j++)
       f[j] = fmaf(f[j], fmaf(st.r, W[j], ro), B[j]);
   } else {
-    if constexpr (Pair<T>::ok && VEC % 2 == 0 && OUT == Out::PLAIN) {
+    if constexpr (Pair<T>::ok && (VEC % 2 == 0 || VEC == 1) && OUT == Out::PLAIN) {
       if (a.pair) {
         Pack<T, VEC> o;
         const Pack<T, VEC> wp = wt.w.pack(i, v);
+        if constexpr (VEC == 1)
+          o.v[0] = mul_rounded(f[0] * st.r, wp.v[0]);
+        else
 #pragma unroll
-        for (int j = 0; j < VEC; j += 2)
-          mul_rounded(o.v + j, f[j] * st.r, f[j + 1] * st.r, wp.v + j);
+          for (int j = 0; j < VEC; j += 2)
+            mul_rounded(o.v + j, f[j] * st.r, f[j + 1] * st.r, wp.v + j);
         store_pack<STREAM>(y + v, o);
         tap(o);
         return;
