@@ -145,6 +145,17 @@ namespace {
 /* The early-weight kernels at 2 packs in fewer registers, three CTAs of 512: one CTA more
  * per SM is what an N = 4096 row needs to reach the roofline. */
 constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0, true};
+/* Rows of single 16-bit elements with a y of x's dtype, no residual and the weight read after
+ * the reduction: two CTAs of 1024 at 8 elements a thread (32 registers, no spill), so that a
+ * row of up to 8192 columns, which takes a whole CTA of 1024, does not have its SM to itself
+ * (the early weight's kernels spill within 32). */
+constexpr BlockLimits FWD_SCALAR_LIMITS{{1024, 512, 512, 256}, {2, 2, 2, 2}, 0, true};
+template <typename T, int VEC, bool RES, bool EARLY, Out OUT> constexpr const BlockLimits &one_limits()
+{
+  return EARLY                                                     ? FWD_EARLY_LIMITS
+         : VEC == 1 && sizeof(T) == 2 && !RES && OUT == Out::PLAIN ? FWD_SCALAR_LIMITS
+                                                                  : FWD_LIMITS;
+}
 /* reload: nothing held across the reduction, so 32 registers and a full SM of threads up
  * to 2 packs; the first read's packs need more at 4 (three CTAs of 512) and 8. */
 constexpr BlockLimits FWD_RELOAD_LIMITS{{1024, 512, 512, 256}, {2, 4, 3, 4}, 0, true};
@@ -569,7 +580,7 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
  * the group's size; small rows are where that prologue is a row's cost. */
 template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT, int LANES = 0>
 __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
-                                  (EARLY ? FWD_EARLY_LIMITS : FWD_LIMITS).ctas_at(ITEMS, VEC * sizeof(T)))
+                                  (one_limits<T, VEC, RES, EARLY, OUT>()).ctas_at(ITEMS, VEC * sizeof(T)))
     fwd_one(FwdArgs a, FwdOut o)
 {
   pdl_begin(a.pdl);
