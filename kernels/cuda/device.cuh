@@ -230,15 +230,31 @@ __device__ __forceinline__ void opaque(Pack<T, VEC> &p)
   }
 }
 
+/* A 16-bit element loaded where `ok` (streaming: evict-first), left as it was elsewhere: the
+ * predicate inside the instruction, so that the compiler computes the address unconditionally
+ * instead of under a branch per element. */
+__device__ __forceinline__ void load_u16_if(unsigned short &u, const void *p, bool ok)
+{
+  asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q ld.global.cs.u16 %0, [%1];\n}"
+               : "+h"(u) : "l"(p), "r"((int)ok));
+}
+
 /* The packs of one row that a thread of a G-thread group holds: v = lane + i*G. */
 template <typename T, int VEC, int ITEMS, bool STREAM = true>
 __device__ __forceinline__ void load_row(const void *base, int64_t row, int64_t stride, int lane,
                                          int G, int nvec, Pack<T, VEC> (&out)[ITEMS])
 {
+  if constexpr (VEC == 1 && sizeof(T) == 2 && STREAM) {
+    const T *p = static_cast<const T *>(base) + row * stride + lane;
 #pragma unroll
-  for (int i = 0; i < ITEMS; i++)
-    if (lane + i * G < nvec)
-      out[i] = load<T, VEC, STREAM>(base, row, stride, lane + i * G);
+    for (int i = 0; i < ITEMS; i++)
+      load_u16_if(*reinterpret_cast<unsigned short *>(&out[i]), p + (int64_t)i * G, lane + i * G < nvec);
+  } else {
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++)
+      if (lane + i * G < nvec)
+        out[i] = load<T, VEC, STREAM>(base, row, stride, lane + i * G);
+  }
 }
 
 /* Sums of one value (float) or of two at once (float2: LayerNorm's backward reduces two row
