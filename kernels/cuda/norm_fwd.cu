@@ -451,9 +451,9 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
  * RMSNorm: its casting modes (W rounded to T in mode none); with llama casting and 16-bit
  * weights of x's dtype and no offset (a.pair, decided on the host), one packed multiply per
  * two elements (a single element, one lane of it: no per-element tests of the weight's kind,
- * which were most of a scalar row's instructions). The flag decided once on the host and the row's address computed once keep
- * the epilogue short: evaluated per pack, the conditions and the address cost about a
- * quarter more instructions per row. Any other output (e: fp8, strided yt) takes
+ * which were most of a scalar row's instructions). The flag decided once on the host and the
+ * row's address computed once keep the epilogue short: evaluated per pack, the conditions and
+ * the address cost about a quarter more instructions per row. Any other output (e: fp8, strided yt) takes
  * the fp32 values before the final rounding, the packed multiply's unrounded product; the
  * epilogue e stores them. The stored pack also goes to tap (the slab kernel's tile). */
 template <bool STREAM, Norm NORM, typename T, int VEC, int ITEMS, Out OUT, typename Tap = NoTap>
