@@ -57,6 +57,7 @@ typedef struct nlk_fwd_tune {
 /* The tuning of the CUDA backward strategies (rmsnorm.bwd.*). */
 typedef struct nlk_bwd_tune {
   int32_t items;              /* target 16-byte packs per thread per row */
+  int32_t held_items;         /* persistent, partials: single 16-bit elements per thread */
   int32_t block;              /* persistent, partials: preferred threads per CTA */
   int32_t blockrow_block;     /* blockrow: threads per CTA */
   int32_t ctas_per_sm;        /* persistent grid (0: as many as fit) */

@@ -599,7 +599,8 @@ describe("CUDA ops #cuda", function()
   end)
 
   it_cuda("every register layout and CTA size the settings can ask for", function()
-    for _, s in ipairs({{199, 1024}, {37, 4096}, {7, 16384}}) do
+    -- 1023 columns: single elements, held in registers by the pipelined backward
+    for _, s in ipairs({{199, 1024}, {37, 4096}, {7, 16384}, {199, 1023}}) do
       for _, o in ipairs(and_ln({{}}, {op = "layernorm", weight = "x", bias = "fp32",
         offset = LN_OFFSET})) do
         local p = problem(s[1], s[2], "bf16", o)
@@ -607,6 +608,7 @@ describe("CUDA ops #cuda", function()
         for _, items in ipairs({1, 2, 4, 8}) do
           for _, block in ipairs({32, 128, 1024}) do
             with_settings({["rmsnorm.fwd.items"] = items, ["rmsnorm.bwd.items"] = items,
+              ["rmsnorm.bwd.held_items"] = items,
               ["rmsnorm.fwd.block"] = block, ["rmsnorm.bwd.block"] = block,
               ["rmsnorm.fwd.stages"] = 2 + (items + block) % 3,
               ["rmsnorm.bwd.stages"] = 2 + (items + block + 1) % 3,
@@ -626,6 +628,30 @@ describe("CUDA ops #cuda", function()
               check_all(p)
             end)
           end
+        end
+        release(p)
+      end
+    end
+  end)
+
+  it_cuda("rows of single 16-bit elements: the pipelined backward holds them, up to 4096 columns", function()
+    for _, s in ipairs({{37, 4095}, {199, 1023}, {7, 1}}) do
+      for _, o in ipairs(and_ln({{weight = "x"}, {add = true, cast = "gemma", weight = "fp32", offset = 1}},
+        {op = "layernorm", weight = "x", bias = "none", offset = LN_OFFSET})) do
+        local p = problem(s[1], s[2], "fp16", o)
+        reference(p)
+        for _, held in ipairs({1, 4, 8}) do
+          with_settings({["rmsnorm.bwd.held_items"] = held}, function()
+            for _, v in ipairs({"partials", "persistent"}) do
+              check_bwd(p, v)
+              local dx, dw = poisoned({p.M, p.N}, p.dtype), p.w and poisoned({p.N}, p.w.dtype)
+              local db = p.b and poisoned({p.N}, p.b.dtype)
+              local info = nl.run(p.op .. ".bwd." .. v, bwd_args(p, p.gdy, dx, dw, db))
+              free(dx, dw, db)
+              local items = tonumber(info.kernel:match("^bwd_stride<[^,]+, 1, (%d+),"))
+              assert(items and items >= held and (s[2] ~= 4095 or items == 8), info.kernel)
+            end
+          end)
         end
         release(p)
       end

@@ -239,6 +239,13 @@ __device__ __forceinline__ void load_u16_if(unsigned short &u, const void *p, bo
                : "+h"(u) : "l"(p), "r"((int)ok));
 }
 
+/* The same for a store (plain: no cache hint). */
+__device__ __forceinline__ void store_u16_if(void *p, unsigned short u, bool ok)
+{
+  asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q st.global.u16 [%0], %1;\n}"
+               ::"l"(p), "h"(u), "r"((int)ok) : "memory");
+}
+
 /* The packs of one row that a thread of a G-thread group holds: v = lane + i*G. */
 template <typename T, int VEC, int ITEMS, bool STREAM = true>
 __device__ __forceinline__ void load_row(const void *base, int64_t row, int64_t stride, int lane,

@@ -18,7 +18,8 @@
  *               rmsnorm.bwd.fused_reduce) or by the reduce kernel.
  * STRIDE: a thread always owns the same columns, so its weight packs and dW accumulators live
  * in registers for the whole kernel, while its x, dy (and dres) packs of the next
- * rmsnorm.bwd.stages - 1 rows are in flight through cp.async; at the end clusters of
+ * rmsnorm.bwd.stages - 1 rows are in flight through cp.async (single 16-bit elements, which
+ * cp.async cannot copy: the next row's held in registers); at the end clusters of
  * rmsnorm.bwd.cluster CTAs (sm_90) may sum their dW through distributed shared memory and
  * write one partial row. On sm_90, rows wider than rmsnorm.bwd.share_n (fp32_share_n) columns
  * are shared by the CTAs of a cluster, which exchange each row's sum through distributed
@@ -68,6 +69,16 @@ constexpr BlockLimits bwd_limits(Rows rows, Norm norm)
          : rows == Rows::WARP ? BlockLimits{{1024, 512, 512, 256}, {1, 1, 1, 1}, 0}
          : norm == Norm::RMS  ? BlockLimits{{1024, 512, 512, 0}, {1, 1, 1, 1}, 0}
                               : BlockLimits{{1024, 512, 256, 0}, {1, 1, 1, 1}, 0};
+}
+
+/* The pipelined kernel on rows of single 16-bit elements, which cp.async cannot copy: the next
+ * row's elements are held in registers instead of staged (HELD), two bytes each, so a thread
+ * takes up to 8 of them at 512 threads (a 4095-column row in one CTA instead of the looping
+ * kernel) and up to 2 at 1024. */
+constexpr BlockLimits BWD_HELD_LIMITS{{1024, 1024, 512, 512}, {1, 1, 1, 1}, 0};
+constexpr BlockLimits stride_limits(Norm norm, int pack)
+{
+  return pack < 4 ? BWD_HELD_LIMITS : bwd_limits(Rows::STRIDE, norm);
 }
 
 /* ROW_SHARE's exchange: at most this many rows per CTA, and CTAs per cluster. */
@@ -223,22 +234,47 @@ __device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float
   }
 }
 
+/* HELD's weights: each element's W as fp32, the offset added (1 without a weight), read once;
+ * 0 past the row, where the held x and dy stay 0 too (PADDED), so that nothing in a row's
+ * work but the dx store tests its bounds. One test per element for the weight's kind and
+ * another for its offset cost a single element what a 16-byte pack pays once for eight
+ * (docs/kernels.md, "Rows of single elements"). */
+template <typename T, int ITEMS> struct HeldWeights {
+  float f[ITEMS];
+  /* Weights' arguments, always preloaded */
+  __device__ __forceinline__ HeldWeights(const void *w, int wf32, float offset, int lane, int G,
+                                         int nvec, bool)
+  {
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++) {
+      float W[1] = {0.f};
+      if (lane + i * G < nvec)
+        load_w<T, 1>(w, wf32, offset, lane + i * G, W);
+      f[i] = W[0];
+    }
+  }
+  __device__ __forceinline__ void refresh() {}
+  __device__ __forceinline__ void get(int i, int, float (&W)[1]) const { W[0] = f[i]; }
+};
+
 /* One row: its sums (RowSum) reduced over the group by reduce(s) (every thread of the CTA
  * calls this the same number of times), dx = r * (dy * W - xhat * cx) (LayerNorm: - cg; plus
  * the dres pack that dres_of(item, pack) gives), and the row's dW and dB contributions
- * (dy * xhat, dy) handed to take(item, pack, dW's, dB's). */
-template <typename T, int VEC, int ITEMS, Norm NORM, typename Reduce, typename Dres, typename Take>
+ * (dy * xhat, dy) handed to take(item, pack, dW's, dB's). wt: Weights or HeldWeights.
+ * PADDED: a thread's packs past the row hold zeros (and so do their weights), whose terms
+ * and contributions are 0: only the dx store is bounded. */
+template <typename T, int VEC, int ITEMS, Norm NORM, bool PADDED = false, typename WT,
+          typename Reduce, typename Dres, typename Take>
 __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool active, int lane,
                                         int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
                                         Pack<T, VEC> (&gv)[ITEMS], float r, float mu,
-                                        const Weights<T, VEC, ITEMS> &wt, Reduce reduce,
-                                        Dres dres_of, Take take)
+                                        const WT &wt, Reduce reduce, Dres dres_of, Take take)
 {
   RowSum<NORM> s{};
   if (active) {
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
-      if (lane + i * G < nvec) {
+      if (PADDED || lane + i * G < nvec) {
         float W[VEC], g[VEC], x[VEC];
         wt.get(i, lane + i * G, W);
         unpack(gv[i], g);
@@ -261,7 +297,7 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
 #pragma unroll
   for (int i = 0; i < ITEMS; i++) {
     const int v = lane + i * G;
-    if (v < nvec) {
+    if (PADDED || v < nvec) {
       Pack<T, VEC> o;
       float W[VEC], contrib[VEC], contrib_b[VEC], g[VEC], x[VEC], d[VEC] = {};
       wt.get(i, v, W);
@@ -272,7 +308,11 @@ __device__ __forceinline__ void process(const BwdArgs &a, int64_t row, bool acti
 #pragma unroll
       for (int j = 0; j < VEC; j++)
         o.v[j] = from_f<T>(grad<T, VEC, NORM>(a, g[j], x[j], W[j], rg, d[j], contrib[j], contrib_b[j]));
-      store<T, VEC>(a.dx, row, a.sdx, v, o);
+      if constexpr (PADDED) /* one row pointer, the bounds as the store's predicate */
+        store_u16_if(static_cast<T *>(a.dx) + row * a.sdx + v,
+                     reinterpret_cast<const unsigned short &>(o), v < nvec);
+      else
+        store<T, VEC>(a.dx, row, a.sdx, v, o);
       take(i, v, contrib, contrib_b);
     }
   }
@@ -552,9 +592,10 @@ __global__ void __launch_bounds__(bwd_limits(R, NORM)(ITEMS)) bwd_one(BwdArgs a)
  * ROW_SHARE: the C CTAs of a cluster walk the same rows, each over N / C columns (its
  * registers then hold rows C times wider), and exchange each row's sum (cluster_row_sum:
  * asynchronous stores counted in by mbarriers); the cluster writes one partial row, a slice
- * from each CTA. */
+ * from each CTA. HELD (single 16-bit elements): the next row's x and dy in registers, one row
+ * ahead whatever rmsnorm.bwd.stages says, and nothing staged. */
 template <typename T, int VEC, int ITEMS, Norm NORM, int CL>
-__global__ void __launch_bounds__(bwd_limits(Rows::STRIDE, NORM)(ITEMS)) bwd_stride(BwdArgs a)
+__global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) bwd_stride(BwdArgs a)
 {
   pdl_begin(a.pdl);
   using Sum = RowSum<NORM>;
@@ -564,18 +605,21 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE, NORM)(ITEMS)) bwd_str
     cluster_arrive();
   }
   using P = Pack<T, VEC>;
+  constexpr bool HELD = sizeof(P) < 4;
   const int C = CL == ROW_SHARE ? a.cluster : 1, ncols = a.N / C;
   const int64_t unit = blockIdx.x / C, units = gridDim.x / C;
   if constexpr (CL == ROW_SHARE)
     shift_cols<T>(a, (int64_t)(blockIdx.x % C) * ncols);
   const Group g(a.group, false);
-  const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = ncols / VEC, S = a.stages;
+  const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = ncols / VEC;
+  const int S = HELD ? 2 : a.stages;
   extern __shared__ __align__(16) float dyn[];
   __shared__ Sum red[2][32];
   int parity = 0;
   unsigned uses = 0; /* ROW_SHARE: rows exchanged so far */
   const Staging<P, ITEMS, NORM == Norm::LN ? 2 : 1> st(dyn, S, a.dres ? 3 : 2);
-  Weights<T, VEC, ITEMS> wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
+  using WT = std::conditional_t<HELD, HeldWeights<T, ITEMS>, Weights<T, VEC, ITEMS>>;
+  WT wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
   float dw[ITEMS][VEC], db[ITEMS][VEC];
   zero(dw);
   if (NORM == Norm::LN)
@@ -591,7 +635,24 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE, NORM)(ITEMS)) bwd_str
     end = a.M;
     step = units * R;
   }
+  /* HELD: the next row's x and dy, the row at hand's dres; zeros past the row (PADDED) */
+  P hx[ITEMS], hg[ITEMS], hd[ITEMS];
+  if constexpr (HELD)
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++)
+      hx[i] = hg[i] = hd[i] = P{};
+  float hr = 0.f, hmu = 0.f;
   auto fetch = [&](int64_t row, int stage) {
+    if constexpr (HELD) {
+      if (row < end) {
+        load_row<T, VEC, ITEMS>(a.x, row, a.sx, lane, G, nvec, hx);
+        load_row<T, VEC, ITEMS>(a.dy, row, a.sdy, lane, G, nvec, hg);
+        hr = a.rstd[row];
+        if (NORM == Norm::LN)
+          hmu = a.mean[row];
+      }
+      return;
+    }
     if (row < end) {
 #pragma unroll
       for (int i = 0; i < ITEMS; i++) {
@@ -625,11 +686,24 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE, NORM)(ITEMS)) bwd_str
   for (int64_t base = begin; base < end; base += step) {
     const int64_t row = base + grp;
     const bool active = row < end;
-    fetch(row + (S - 1) * step, stage == 0 ? S - 1 : stage - 1);
-    copy_wait(S - 1);
     P xv[ITEMS], gv[ITEMS];
-    float r = 0.f, mu = 0.f;
-    if (active) {
+    float r = hr, mu = hmu;
+    if constexpr (HELD) {
+#pragma unroll
+      for (int i = 0; i < ITEMS; i++) {
+        xv[i] = hx[i];
+        gv[i] = hg[i];
+      }
+      fetch(row + step, 0);
+      /* dres only for the row at hand (registers: the 8-element kernel spilled holding the
+       * next row's), in flight during the row's reduction */
+      if (a.dres && active)
+        load_row<T, VEC, ITEMS>(a.dres, row, a.sdres, lane, G, nvec, hd);
+    } else {
+      fetch(row + (S - 1) * step, stage == 0 ? S - 1 : stage - 1);
+      copy_wait(S - 1);
+    }
+    if (!HELD && active) {
       r = *st.scalar(stage);
       if (NORM == Norm::LN)
         mu = *st.scalar(stage, 1);
@@ -641,16 +715,16 @@ __global__ void __launch_bounds__(bwd_limits(Rows::STRIDE, NORM)(ITEMS)) bwd_str
         }
     }
     wt.refresh();
-    process<T, VEC, ITEMS, NORM>(a, row, active, lane, G, nvec, xv, gv, r, mu, wt, reduce,
-                                 [&](int i, int) { return *st.at(stage, 2, i); },
-                                 [&](int i, int, const float(&c)[VEC], const float(&cb)[VEC]) {
+    process<T, VEC, ITEMS, NORM, HELD>(a, row, active, lane, G, nvec, xv, gv, r, mu, wt, reduce,
+                                       [&](int i, int) { return HELD ? hd[i] : *st.at(stage, 2, i); },
+                                       [&](int i, int, const float(&c)[VEC], const float(&cb)[VEC]) {
 #pragma unroll
-                                   for (int j = 0; j < VEC; j++) {
-                                     dw[i][j] += c[j];
-                                     if (NORM == Norm::LN)
-                                       db[i][j] += cb[j];
-                                   }
-                                 });
+                                         for (int j = 0; j < VEC; j++) {
+                                           dw[i][j] += c[j];
+                                           if (NORM == Norm::LN)
+                                             db[i][j] += cb[j];
+                                         }
+                                       });
     stage = stage + 1 == S ? 0 : stage + 1;
   }
   copy_wait(0);
@@ -845,7 +919,7 @@ template <typename T, int VEC, Norm NORM> const void *bwd_kernel(const BwdKernel
       kp = (const void *)bwd_one<T, VEC, IT, NORM, Rows::CTA>;
     else if (key.rows == Rows::WARP)
       kp = (const void *)bwd_one<T, VEC, IT, NORM, Rows::WARP>;
-    else if constexpr (bwd_limits(Rows::STRIDE, NORM)(IT) > 0) {
+    else if constexpr (stride_limits(NORM, VEC * sizeof(T))(IT) > 0) {
       /* no cluster instances at one item: at 1024 threads (64 registers) they would spill;
        * shared rows only in 16-byte packs (the scalar instance spilled) */
       if constexpr (IT == 1)
@@ -991,18 +1065,24 @@ bool fit_split(const nlk_norm *k, BwdPlan *p)
 template <typename T>
 bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
 {
-  const int elt = sizeof(T), streams = k->dres ? 3 : 2, share = cand.share;
-  const int scalars = norm_of(k) == Norm::LN ? 2 : 1; /* rstd (and mean) staged per row */
+  const int elt = sizeof(T), share = cand.share;
   const int64_t pw = grad_cols(k).pw;
   const bool dw = pw > 0, atomic = k->reduce == NLK_REDUCE_ATOMIC;
   const int64_t ncols = k->N / share; /* the columns a CTA holds */
-  const Want want{k->bwd.items, k->bwd.block, k->bwd.blockrow_block};
+  Want want{k->bwd.items, k->bwd.block, k->bwd.blockrow_block};
+  /* the pipelined kernel stages x, dy (dres) and rstd (and mean) per row, but holds single
+   * 16-bit elements in registers (HELD), rmsnorm.bwd.held_items a thread */
+  const int pack = pick_vec(k, ncols, elt) * elt;
+  const bool held = cand.rows == Rows::STRIDE && pack < 4;
+  const int streams = held ? 0 : k->dres ? 3 : 2, scalars = held ? 0 : norm_of(k) == Norm::LN ? 2 : 1;
+  if (held && want.items > 0)
+    want.items = k->bwd.held_items;
   *p = BwdPlan{};
   p->rows = cand.rows;
   p->cluster = 1;
   switch (cand.rows) {
   case Rows::STRIDE:
-    p->stages = fit_stages(k, ncols, elt, bwd_limits(Rows::STRIDE, norm_of(k)), want, k->bwd.stages, streams,
+    p->stages = fit_stages(k, ncols, elt, stride_limits(norm_of(k), pack), want, k->bwd.stages, streams,
                            scalars, &p->c);
     /* a shared row: the slice in 16-byte packs as the whole row; each of the first `share`
      * lanes of a group sends the row's sum to one peer; ROW_SHARE_GROUPS rows a CTA */

@@ -115,7 +115,8 @@ struct SmemCost {
   int64_t per_item, fixed, budget;
   __host__ int64_t threads(int items) const
   {
-    return budget ? budget / (items * per_item + fixed) : INT64_MAX;
+    const int64_t per = items * per_item + fixed;
+    return budget && per ? budget / per : INT64_MAX;
   }
 };
 
