@@ -236,6 +236,17 @@ local function check_bwd(p, variant, o)
   return true
 end
 
+-- check_bwd(p, variant), then the run info of the same launch on poisoned outputs (which
+-- kernel, which layout, which cluster).
+local function checked_bwd_info(p, variant)
+  check_bwd(p, variant)
+  local dx, dw = poisoned({p.M, p.N}, p.dtype), p.w and poisoned({p.N}, p.w.dtype)
+  local db = p.b and poisoned({p.N}, p.b.dtype)
+  local info = nl.run(p.op .. ".bwd." .. variant, bwd_args(p, p.gdy, dx, dw, db))
+  free(dx, dw, db)
+  return info
+end
+
 -- Every forward and backward variant of p's op; returns how many of them refused its shape
 -- and the set of the refused ones ("fwd.row" = reason).
 local function check_all(p)
@@ -575,12 +586,7 @@ describe("CUDA ops #cuda", function()
               ["rmsnorm.bwd.stages"] = j + 1, ["rmsnorm.bwd.block"] = j == 1 and 128 or 512},
               function()
                 for _, v in ipairs({"partials", "persistent"}) do
-                  check_bwd(p, v)
-                  local dx, dw = poisoned({p.M, p.N}, p.dtype), p.w and poisoned({p.N}, p.w.dtype)
-                  local db = p.b and poisoned({p.N}, p.b.dtype)
-                  local info = nl.run(p.op .. ".bwd." .. v, bwd_args(p, p.gdy, dx, dw, db))
-                  free(dx, dw, db)
-                  local c = info.cluster
+                  local c = checked_bwd_info(p, v).cluster
                   assert.is_true(c == 1 or sm90 and (c == 2 or c == 4 or c == 8) and p.N % c == 0
                     and info.grid % c == 0 and (p.N / c <= share_n or c >= share_max))
                   shared = shared + (c > 1 and 1 or 0)
@@ -643,11 +649,7 @@ describe("CUDA ops #cuda", function()
         for _, held in ipairs({1, 4, 8}) do
           with_settings({["rmsnorm.bwd.held_items"] = held}, function()
             for _, v in ipairs({"partials", "persistent"}) do
-              check_bwd(p, v)
-              local dx, dw = poisoned({p.M, p.N}, p.dtype), p.w and poisoned({p.N}, p.w.dtype)
-              local db = p.b and poisoned({p.N}, p.b.dtype)
-              local info = nl.run(p.op .. ".bwd." .. v, bwd_args(p, p.gdy, dx, dw, db))
-              free(dx, dw, db)
+              local info = checked_bwd_info(p, v)
               local items = tonumber(info.kernel:match("^bwd_stride<[^,]+, 1, (%d+),"))
               assert(items and items >= held and (s[2] ~= 4095 or items == 8), info.kernel)
             end
