@@ -72,9 +72,10 @@ constexpr BlockLimits bwd_limits(Rows rows, Norm norm)
 }
 
 /* The pipelined kernel on rows of single 16-bit elements, which cp.async cannot copy: the next
- * row's elements are held in registers instead of staged (HELD), two bytes each, so a thread
- * takes up to 8 of them at 512 threads (a 4095-column row in one CTA instead of the looping
- * kernel) and up to 2 at 1024. */
+ * row's elements are held in registers instead of staged (HELD), a register each for x and
+ * dy of this row and of the next, so a thread takes up to 8 of them at 512 threads (a
+ * 4095-column row in one CTA instead of the looping kernel) and up to 2 at 1024 (ptxas: no
+ * spill; 8 at 1024 spilled 56-128 bytes). */
 constexpr BlockLimits BWD_HELD_LIMITS{{1024, 1024, 512, 512}, {1, 1, 1, 1}, 0};
 constexpr BlockLimits stride_limits(Norm norm, int pack)
 {
