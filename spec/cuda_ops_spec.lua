@@ -586,7 +586,8 @@ describe("CUDA ops #cuda", function()
               ["rmsnorm.bwd.stages"] = j + 1, ["rmsnorm.bwd.block"] = j == 1 and 128 or 512},
               function()
                 for _, v in ipairs({"partials", "persistent"}) do
-                  local c = checked_bwd_info(p, v).cluster
+                  local info = checked_bwd_info(p, v)
+                  local c = info.cluster
                   assert.is_true(c == 1 or sm90 and (c == 2 or c == 4 or c == 8) and p.N % c == 0
                     and info.grid % c == 0 and (p.N / c <= share_n or c >= share_max))
                   shared = shared + (c > 1 and 1 or 0)
