@@ -226,7 +226,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA persistent and partials backward (sm_90): CTAs per thread-block cluster, which sum their dW through distributed shared memory before writing one partial row per cluster (1: a partial row per CTA)"},
   {.key = "rmsnorm.bwd.share_n", AT(bwd.share_n, I64),
    .def = 16384, .min = 0, .max = N24, .models = {{"H100", 8192}},
-   .doc = "CUDA persistent and partials backward (sm_90), 16-bit rows: rows of more columns than this are shared by a thread-block cluster of the fewest CTAs that leaves each at most this many (within rmsnorm.bwd.share_max), held in registers; the CTAs exchange each row's sum through distributed shared memory and write one partial row (0: never; rmsnorm.bwd.cluster does not apply to shared rows)"},
+   .doc = "CUDA persistent and partials backward (sm_90), 16-bit rows: rows of more columns than this are shared by a thread-block cluster of the fewest CTAs that leaves each at most this many (within rmsnorm.bwd.share_max), held in registers; the CTAs exchange each row's sum through distributed shared memory and write one partial row (0: never; rmsnorm.bwd.cluster does not apply to shared rows). Rows of single 16-bit elements are shared past 4096 columns whatever the value but 0, in uneven slices"},
   {.key = "rmsnorm.bwd.fp32_share_n", AT(bwd.fp32_share_n, I64),
    .def = 8192, .min = 0, .max = N24,
    .doc = "CUDA persistent and partials backward (sm_90): rmsnorm.bwd.share_n for fp32 rows"},

@@ -641,19 +641,28 @@ describe("CUDA ops #cuda", function()
     end
   end)
 
-  it_cuda("rows of single 16-bit elements: the pipelined backward holds them, up to 4096 columns", function()
-    for _, s in ipairs({{37, 4095}, {199, 1023}, {7, 1}}) do
+  it_cuda("rows of single 16-bit elements: the pipelined backward holds them, wider ones shared by a cluster", function()
+    -- up to 4096 columns in one CTA (8 elements a thread at 4095); wider rows (sm_90) in
+    -- uneven slices of a cluster of 2 (8191) or 4 (12289: share_max 4); M = 5 leaves clusters
+    -- without rows
+    local sm90 = cuda.info.cc_major >= 9
+    for _, s in ipairs({{37, 4095}, {199, 1023}, {7, 1}, {37, 8191}, {5, 12289}}) do
       for _, o in ipairs(and_ln({{weight = "x"}, {add = true, cast = "gemma", weight = "fp32", offset = 1}},
         {op = "layernorm", weight = "x", bias = "none", offset = LN_OFFSET})) do
         local p = problem(s[1], s[2], "fp16", o)
         reference(p)
         for _, held in ipairs({1, 4, 8}) do
-          with_settings({["rmsnorm.bwd.held_items"] = held}, function()
+          with_settings({["rmsnorm.bwd.held_items"] = held, ["rmsnorm.bwd.share_max"] = 4}, function()
             for _, v in ipairs({"partials", "persistent"}) do
               local info = checked_bwd_info(p, v)
-              local items = tonumber(info.kernel:match("^bwd_stride<[^,]+, 1, (%d+),"))
-              assert(items and items >= held and (s[2] ~= 4095 or items == 8), info.kernel)
+              if s[2] <= 4096 or sm90 then
+                local items = tonumber(info.kernel:match("^bwd_stride<[^,]+, 1, (%d+),"))
+                assert(items and items >= held and (s[2] ~= 4095 or items == 8), info.kernel)
+                local want = s[2] <= 4096 and 1 or s[2] <= 8192 and 2 or 4
+                assert.are.equal(want, info.cluster, info.kernel)
+              end
             end
+            check_bwd(p, "persistent", {inplace = true})
           end)
         end
         release(p)

@@ -1,7 +1,8 @@
 -- A representative subset of the CUDA kernels for compute-sanitizer (memcheck, racecheck):
 -- every registered CUDA strategy of rmsnorm, add_rmsnorm and layernorm (auto aside: it runs
 -- one of the others), forward and backward, on shapes that reach each code path (vector and
--- scalar packs, one and several rows per CTA, rows of 8 to 32 threads compiled in, the
+-- scalar packs (held in registers by the pipelined backward, and shared by a cluster past
+-- 4096 of them), one and several rows per CTA, rows of 8 to 32 threads compiled in, the
 -- looping kernels, the backward's split path with several rows per chunk (64 x 40000 bf16),
 -- the fused grid reduction, clusters summing dW in distributed shared memory or sharing rows,
 -- the cp.async pipelines, atomics, in place), and the transpose op (every CUDA strategy:
@@ -24,7 +25,7 @@ local function strategies(op, pass)
   return list
 end
 -- Every shape, then two of them again with programmatic dependent launch (cuda.pdl).
-local passes = {{pdl = 0, shapes = {{3, 7}, {37, 64}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 40000}}},
+local passes = {{pdl = 0, shapes = {{3, 7}, {37, 64}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 8191}, {3, 40000}}},
   {pdl = 1, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}}}
 local runs = 0
 for _, pass in ipairs(passes) do

@@ -607,10 +607,14 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
   }
   using P = Pack<T, VEC>;
   constexpr bool HELD = sizeof(P) < 4;
-  const int C = CL == ROW_SHARE ? a.cluster : 1, ncols = a.N / C;
+  /* ROW_SHARE: CTA q's slice of the row, from column c0 (held single elements split N
+   * unevenly, the last slice the shortest) */
+  const int C = CL == ROW_SHARE ? a.cluster : 1, per = HELD ? (a.N + C - 1) / C : a.N / C;
+  const int64_t c0 = (int64_t)(blockIdx.x % C) * per;
+  const int ncols = HELD ? min(per, a.N - (int)c0) : per;
   const int64_t unit = blockIdx.x / C, units = gridDim.x / C;
   if constexpr (CL == ROW_SHARE)
-    shift_cols<T>(a, (int64_t)(blockIdx.x % C) * ncols);
+    shift_cols<T>(a, c0);
   const Group g(a.group, false);
   const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = ncols / VEC;
   const int S = HELD ? 2 : a.stages;
@@ -734,7 +738,7 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
   pdl_trigger(); /* the reduce kernel may launch (rmsnorm.bwd.reduce_pdl) */
   /* the CTA's partial row (sharing: its cluster's, from the CTA's first column, recomputed
    * here rather than held in a register across the row loop) */
-  float *out = a.partials ? a.partials + unit * a.pw + (int64_t)(blockIdx.x % C) * ncols : NULL;
+  float *out = a.partials ? a.partials + unit * a.pw + c0 : NULL;
   cta_grads<VEC, ITEMS, NORM, CL>(a, dw, db, lane, G, nvec, ncols, out, a.accum, dyn);
   if (a.fused) {
     __threadfence();
@@ -922,10 +926,11 @@ template <typename T, int VEC, Norm NORM> const void *bwd_kernel(const BwdKernel
       kp = (const void *)bwd_one<T, VEC, IT, NORM, Rows::WARP>;
     else if constexpr (stride_limits(NORM, VEC * sizeof(T))(IT) > 0) {
       /* no cluster instances at one item: at 1024 threads (64 registers) they would spill;
-       * shared rows only in 16-byte packs (the scalar instance spilled) */
+       * shared rows in 16-byte packs or held single 16-bit elements (fp32's scalar instance
+       * spilled) */
       if constexpr (IT == 1)
         kp = key.cluster != SOLO ? NULL : (const void *)bwd_stride<T, VEC, IT, NORM, SOLO>;
-      else if constexpr (VEC == 1)
+      else if constexpr (VEC == 1 && sizeof(T) == 4)
         kp = key.cluster == DW_SUM ? (const void *)bwd_stride<T, VEC, IT, NORM, DW_SUM>
              : key.cluster == SOLO ? (const void *)bwd_stride<T, VEC, IT, NORM, SOLO>
                                    : NULL;
@@ -994,13 +999,24 @@ const void *kernel_of(const nlk_norm *k, const RowCfg &c, BwdKernel key)
   });
 }
 
+/* The most single 16-bit elements a held row of the pipelined kernel takes (MAX_ITEMS a
+ * thread at BWD_HELD_LIMITS' threads). */
+constexpr int64_t HELD_ROW_MAX = (int64_t)MAX_ITEMS * BWD_HELD_LIMITS(MAX_ITEMS);
+
+/* Rows of single 16-bit elements (held by the pipelined kernel, in slices of any width). */
+__host__ inline bool held_row(const nlk_norm *k) { return k->dt != NLK_F32 && pick_vec(k, k->N, 2) == 1; }
+
 /* The CTAs that would share each row: the fewest, a power of two, that bring a CTA's slice
- * to the setting's columns or fewer, at most rmsnorm.bwd.share_max; 1 (no sharing) for
- * narrower rows, for the fused reduction (its grid barrier sums one partial row per CTA) and
- * where N does not split evenly. Whether the GPU runs such clusters is the plan's to find. */
+ * to the setting's columns or fewer (rows of single 16-bit elements: to HELD_ROW_MAX, in
+ * slices of ceil(N / C) columns, the last one shorter; the setting 0 turns both off), at most
+ * rmsnorm.bwd.share_max; 1 (no sharing) for narrower rows, for the fused reduction (its grid
+ * barrier sums one partial row per CTA) and where 16-byte packs do not split evenly. Whether
+ * the GPU runs such clusters is the plan's to find. */
 int row_share(const nlk_norm *k, Strategy s)
 {
-  const int64_t share_n = k->dt == NLK_F32 ? k->bwd.fp32_share_n : k->bwd.share_n;
+  const int64_t setting = k->dt == NLK_F32 ? k->bwd.fp32_share_n : k->bwd.share_n;
+  const bool held = held_row(k);
+  const int64_t share_n = held && setting > 0 ? HELD_ROW_MAX : setting;
   if ((s != Strategy::PARTIALS && s != Strategy::PERSISTENT) || share_n <= 0 || k->N <= share_n)
     return 1;
   if (s == Strategy::PERSISTENT && k->dw && k->reduce != NLK_REDUCE_ATOMIC && k->bwd.fused_reduce)
@@ -1008,7 +1024,7 @@ int row_share(const nlk_norm *k, Strategy s)
   const int most = k->bwd.share_max < 2 ? 2 : k->bwd.share_max > ROW_SHARE_MAX ? ROW_SHARE_MAX : k->bwd.share_max;
   int c = pow2ceil((k->N + share_n - 1) / share_n);
   c = c > most ? pow2ceil(most) : c;
-  return k->N % c == 0 ? c : 1;
+  return held || k->N % c == 0 ? c : 1;
 }
 
 /* The row mappings a strategy may run as, best first. partials and persistent: rows shared
@@ -1026,7 +1042,7 @@ Candidates candidates(const nlk_norm *k, Strategy s)
   int share = row_share(k, s);
   if (share > 1) {
     c.add(Rows::STRIDE, share);
-    while (share < ROW_SHARE_MAX && k->N % (2 * share) == 0)
+    while (share < ROW_SHARE_MAX && (held_row(k) || k->N % (2 * share) == 0))
       c.add(Rows::STRIDE, share *= 2);
   }
   return c.add(Rows::STRIDE).add(Rows::SPLIT).add(Rows::LOOP);
@@ -1069,7 +1085,7 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
   const int elt = sizeof(T), share = cand.share;
   const int64_t pw = grad_cols(k).pw;
   const bool dw = pw > 0, atomic = k->reduce == NLK_REDUCE_ATOMIC;
-  const int64_t ncols = k->N / share; /* the columns a CTA holds */
+  const int64_t ncols = (k->N + share - 1) / share; /* the columns a CTA holds (at most) */
   Want want{k->bwd.items, k->bwd.block, k->bwd.blockrow_block};
   /* the pipelined kernel stages x, dy (dres) and rstd (and mean) per row, but holds single
    * 16-bit elements in registers (HELD), rmsnorm.bwd.held_items a thread */
@@ -1085,10 +1101,12 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
   case Rows::STRIDE:
     p->stages = fit_stages(k, ncols, elt, stride_limits(norm_of(k), pack), want, k->bwd.stages, streams,
                            scalars, &p->c);
-    /* a shared row: the slice in 16-byte packs as the whole row; each of the first `share`
-     * lanes of a group sends the row's sum to one peer; ROW_SHARE_GROUPS rows a CTA */
-    if (!p->stages || (share > 1 && (p->c.vec == 1 || pick_vec(k, k->N, elt) == 1 ||
-                                     p->c.group < share || rows_per_cta(p->c) > ROW_SHARE_GROUPS)))
+    /* a shared row: the slice in 16-byte packs as the whole row, or held single elements;
+     * each of the first `share` lanes of a group sends the row's sum to one peer;
+     * ROW_SHARE_GROUPS rows a CTA */
+    if (!p->stages ||
+        (share > 1 && (held != held_row(k) || (!held && (p->c.vec == 1 || pick_vec(k, k->N, elt) == 1)) ||
+                       p->c.group < share || rows_per_cta(p->c) > ROW_SHARE_GROUPS)))
       return false;
     break;
   case Rows::SPLIT:
