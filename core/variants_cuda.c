@@ -60,8 +60,9 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
  * rows leave the grid-wide strategies idle, but row's M x N fp32 temp and column pass cost
  * more than that on wide rows), then blockrow up to blockrow_max_n columns and blockrow_max_m
  * rows or up to narrow_max_n columns and narrow_max_m rows, then persistent from
- * persistent_min_m rows (partials for fp32 rows up to fp32_partials_max_n: fp32 favours
- * partials' contiguous row chunks over persistent's grid stride, 16-bit rows do not),
+ * persistent_min_m rows (partials for fp32 rows of 16-byte packs up to fp32_partials_max_n:
+ * they favour partials' contiguous row chunks over persistent's grid stride, 16-bit rows and
+ * fp32 rows of single elements do not: H100, persistent +27-59% at 1023 and 4095 columns),
  * partials below; a requested reduction steers it to a variant that has one (temp: row;
  * partials: not row; atomic: not partials). LayerNorm and add_rmsnorm take their own twins of
  * some of these (layernorm.bwd.*, add_rmsnorm.bwd.*: LayerNorm's row keeps two temps, dW's
@@ -83,8 +84,10 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
       nl__fits(NL_CUDA, NL_BWD, "blockrow", k))
     return "blockrow";
   if (k->M >= kn->rms_bwd.persistent_min_m)
-    return k->dt == NLK_F32 && !atomic && k->N <= kn->rms_bwd.fp32_partials_max_n ? "partials"
-                                                                                  : "persistent";
+    return k->dt == NLK_F32 && !atomic && k->N <= kn->rms_bwd.fp32_partials_max_n &&
+                   nlk_cuda_pack_elems(k) > 1
+               ? "partials"
+               : "persistent";
   return atomic ? "persistent" : "partials";
 }
 
@@ -155,7 +158,7 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "row below rmsnorm.bwd.partials_min_m rows up to rmsnorm.bwd.row_max_n columns, "           \
       "blockrow for N <= rmsnorm.bwd.blockrow_max_n and M <= rmsnorm.bwd.blockrow_max_m (or N "   \
       "<= rmsnorm.bwd.narrow_max_n and M <= rmsnorm.bwd.narrow_max_m), then persistent from "     \
-      "rmsnorm.bwd.persistent_min_m rows (fp32: partials up to "                                  \
+      "rmsnorm.bwd.persistent_min_m rows (fp32 in 16-byte packs: partials up to "                 \
       "rmsnorm.bwd.fp32_partials_max_n), partials below; a requested reduction steers it to a "   \
       "variant that has one (temp: row; partials: not row; atomic: not partials; LayerNorm: "     \
       "layernorm.bwd.row_max_n and blockrow_max_n; add_rmsnorm: "                                 \

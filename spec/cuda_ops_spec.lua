@@ -813,7 +813,7 @@ describe("CUDA ops #cuda", function()
     free(x, y, xw, yw)
   end)
 
-  it_cuda("auto backward: row_max_n, blockrow and narrow bands, fp32 partials up to fp32_partials_max_n, reductions steer it, LayerNorm's twins", function()
+  it_cuda("auto backward: row_max_n, blockrow and narrow bands, fp32 partials up to fp32_partials_max_n (16-byte rows), reductions steer it, LayerNorm's twins", function()
     -- what the op's auto backward (RMSNorm's unless op says) picks at M x N
     local function pick(M, N, dtype, reduce, op)
       op = op or "rmsnorm"
@@ -834,6 +834,8 @@ describe("CUDA ops #cuda", function()
       ["rmsnorm.bwd.fp32_partials_max_n"] = 1024, ["rmsnorm.bwd.blockrow_max_n"] = 0}, function()
       assert.are.equal("rmsnorm.bwd.partials", pick(64, 1024, "fp32"))
       assert.are.equal("rmsnorm.bwd.persistent", pick(64, 2048, "fp32"))
+      -- rows of single fp32 elements: persistent whatever the width
+      assert.are.equal("rmsnorm.bwd.persistent", pick(64, 1023, "fp32"))
       assert.are.equal("rmsnorm.bwd.persistent", pick(64, 1024, "bf16"))
       assert.are.equal("rmsnorm.bwd.persistent", pick(64, 1024, "fp32", "atomic"))
       assert.are.equal("rmsnorm.bwd.partials", pick(8, 1024, "bf16"))

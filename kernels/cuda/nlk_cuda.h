@@ -26,6 +26,10 @@ int nlk_cuda_fill(void *p, int64_t rows, int64_t cols, int64_t stride, int elt_s
  * true>", into buf; "" when the runtime cannot name it. */
 void nlk_cuda_kernel_name(const void *kernel, char *buf, size_t cap);
 
+/* The elements of x a pack of the kernels holds for k's rows: 16 bytes' worth, or 1 where N,
+ * a stride or a pointer rules that out (rows of single elements). */
+int nlk_cuda_pack_elems(const nlk_norm *k);
+
 #ifdef __cplusplus
 }
 #endif
