@@ -1092,7 +1092,7 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
   const int pack = pick_vec(k, ncols, elt) * elt;
   const bool held = cand.rows == Rows::STRIDE && pack < 4;
   const int streams = held ? 0 : k->dres ? 3 : 2, scalars = held ? 0 : norm_of(k) == Norm::LN ? 2 : 1;
-  if (held && want.items > 0)
+  if (held)
     want.items = k->bwd.held_items;
   *p = BwdPlan{};
   p->rows = cand.rows;
