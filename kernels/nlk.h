@@ -45,12 +45,14 @@ typedef struct nlk_fwd_tune {
   int32_t loop_ctas_per_sm;   /* looping kernel's grid (0: as many as fit) */
   int32_t stages;             /* persistent: rows in flight per thread, the current one included */
   int32_t staged_items;       /* staged: packs per thread */
+  int32_t skew_items;         /* row on rows of single 16-bit elements cut at x's 16-byte boundaries: packs per thread */
   int32_t slab_rows;          /* slab: rows per cluster block */
   int32_t slab_cols;          /* slab: widest slab of columns per CTA before a larger cluster */
   int32_t slab_block;         /* slab: threads per CTA */
   int32_t fixed_lanes_max;    /* one-row kernels: groups up to this many threads compiled in (0: never) */
   int64_t early_weight_max_n; /* one-row kernels: the weight loaded with x up to this N */
   int64_t reload_min_n;       /* one-row kernels: x read twice from this N (0: never) */
+  int64_t skew_wide_n;        /* the same cut rows: 8 packs per thread from this N (0: never) */
   int64_t blockrow_group_min_m; /* blockrow: blockrow_group from this many rows */
 } nlk_fwd_tune;
 

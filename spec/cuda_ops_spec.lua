@@ -497,6 +497,59 @@ describe("CUDA ops #cuda", function()
     assert.are.same({[4] = true, [8] = true, [16] = true, [32] = true}, seen)
   end)
 
+  -- Rows of single 16-bit elements (N, a stride or a pointer off 16 bytes): row's forward cuts
+  -- each at x's 16-byte boundaries into a head, 16-byte packs and a tail (fwd_skew) wherever y's
+  -- rows sit at x's offsets; a y at other offsets takes the one-element kernel. Shapes from a
+  -- head alone (N = 1, 7) to the widest the packs hold in registers (16391: 2048 whole packs),
+  -- and past it (the looping kernel), with contiguous rows and with rows padded by 3 elements.
+  it_cuda("rows of single 16-bit elements: row's forward in a head, 16-byte packs and a tail", function()
+    local function run_row(p, y_stride)
+      local y = cuda:empty({p.M, p.N}, p.dtype, {stride = y_stride})
+      y:fill(NaN)
+      local rstd = poisoned({p.M}, "fp32")
+      local mean = p.op == "layernorm" and poisoned({p.M}, "fp32") or nil
+      local a = fwd_args(p)
+      a.y, a.rstd, a.mean = y, rstd, mean
+      local info = nl.run(p.op .. ".fwd.row", a)
+      local what = label(p, "row", "fwd") .. " " .. info.kernel
+      assert.allclose(y, p.ry, {output = "y", seed = what})
+      assert.allclose(rstd, p.rr, {output = "rstd", dtype = p.dtype, seed = what})
+      if mean then
+        assert.allclose(mean, p.rmean, {output = "mean", dtype = p.dtype, seed = what})
+      end
+      free(y, rstd, mean)
+      return info.kernel
+    end
+    local skewed = 0
+    for _, s in ipairs({{37, 1023}, {199, 4095}, {7, 1}, {5, 7}, {3, 9}, {4099, 100}, {33, 8191},
+      {3, 16383}, {2, 16391}, {2, 16393}, {37, 1024, 3}}) do
+      for _, o in ipairs(and_ln({{weight = "x"}, {weight = "fp32", cast = "gemma", offset = 1},
+        {weight = "none", cast = "none"}}, {op = "layernorm", weight = "x", bias = "x", offset = LN_OFFSET},
+        {op = "layernorm", weight = "fp32", bias = "none"})) do
+        for _, dtype in ipairs({"bf16", "fp16"}) do
+          o.stride = s[3]
+          local p = problem(s[1], s[2], dtype, o)
+          reference(p)
+          local stride = s[3] and s[2] + s[3] or nil
+          local k = run_row(p, stride)
+          if s[2] <= 16391 then -- 2048 packs: 8 a thread at 256 threads
+            assert(k:match("^fwd_skew<"), label(p, "row", "fwd") .. ": " .. k)
+            skewed = skewed + 1
+          else
+            assert(k:match("^fwd_loop<"), label(p, "row", "fwd") .. ": " .. k)
+          end
+          -- y at other offsets than x (one more element a row): the one-element kernel
+          if s[2] > 1 and s[2] <= 8191 then
+            k = run_row(p, s[2] + (s[3] or 0) + 1)
+            assert(k:match("^fwd_one<[^,]+, 1,"), label(p, "row", "fwd") .. " other y offsets: " .. k)
+          end
+          release(p)
+        end
+      end
+    end
+    assert.is_true(skewed > 0)
+  end)
+
   it_cuda("add_rmsnorm forward and backward, with the residual gradient", function()
     check_weight_grid({"bf16", "fp32"}, {{1, 7}, {37, 1023}, {199, 4096}, {7, 65536}, {4099, 512}},
       {"x", "none"}, {"llama"}, function() return true end)

@@ -2,7 +2,7 @@
 -- every registered CUDA strategy of rmsnorm, add_rmsnorm and layernorm (auto aside: it runs
 -- one of the others), forward and backward, on shapes that reach each code path (vector and
 -- scalar packs (held in registers by the pipelined backward, and shared by a cluster past
--- 4096 of them), one and several rows per CTA, rows of 8 to 32 threads compiled in, the
+-- 4096 of them; the forward's row cut into a head, 16-byte packs and a tail), one and several rows per CTA, rows of 8 to 32 threads compiled in, the
 -- looping kernels, the backward's split path with several rows per chunk (64 x 40000 bf16),
 -- the fused grid reduction, clusters summing dW in distributed shared memory or sharing rows,
 -- the cp.async pipelines, atomics, in place), and the transpose op (every CUDA strategy:

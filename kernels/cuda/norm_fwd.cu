@@ -7,7 +7,9 @@
  * (the RES template parameter).
  *
  * Strategies (nlk_cuda_fwd, at the end) and the row mappings they run as (plan.cuh):
- *   row         CTA: one CTA per row; LOOP for rows too wide for registers;
+ *   row         CTA: one CTA per row (SKEW for rows of single 16-bit elements: cut at x's
+ *               16-byte boundaries into a head, 16-byte packs and a tail); LOOP for rows
+ *               too wide for registers;
  *   blockrow    WARP: a warp or less per row, rmsnorm.fwd.blockrow_block threads per CTA;
  *   persistent  STRIDE: grid = SMs x resident CTAs striding over rows, the weight read once
  *               per CTA, each thread's packs of the next rmsnorm.fwd.stages - 1 rows in
@@ -408,6 +410,61 @@ template <typename T, int VEC, int ITEMS, Norm NORM> struct Affine {
   __device__ __forceinline__ bool plain() const { return w.plain() && b.plain(); }
 };
 
+/* Weights (or LayerNorm's biases) for packs that start `shift` columns into the row, as
+ * Weights' interface gives them (item i unused): the skewed kernel's packs lie at a
+ * row-dependent offset from the weight's 16-byte packs, so each element is its own load, from
+ * L1 (every row reads the same columns), at an immediate offset from one address a pack. */
+template <typename T, int VEC> struct SkewWeights {
+  const void *w;
+  int wf32;
+  float offset, absent;
+  int shift;
+  __device__ __forceinline__ Pack<T, VEC> pack(int, int v) const
+  {
+    const T *p = static_cast<const T *>(w) + shift + v * VEC;
+    Pack<T, VEC> r;
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      r.v[j] = p[j];
+    return r;
+  }
+  __device__ __forceinline__ void get_raw(int, int v, float (&W)[VEC]) const
+  {
+    if (!w) {
+#pragma unroll
+      for (int j = 0; j < VEC; j++)
+        W[j] = absent;
+    } else if (wf32) {
+      const float *p = static_cast<const float *>(w) + shift + v * VEC;
+#pragma unroll
+      for (int j = 0; j < VEC; j++)
+        W[j] = p[j];
+    } else {
+      unpack(pack(0, v), W);
+    }
+  }
+  __device__ __forceinline__ void get(int i, int v, float (&W)[VEC]) const
+  {
+    get_raw(i, v, W);
+    if (w)
+#pragma unroll
+      for (int j = 0; j < VEC; j++)
+        W[j] += offset;
+  }
+  __device__ __forceinline__ bool plain() const { return w && !wf32; }
+  __device__ __forceinline__ void plain_raw(int v, float (&W)[VEC]) const { unpack(pack(0, v), W); }
+};
+
+/* The skewed kernel's weight and bias, Affine's members for packs `shift` columns in. */
+template <typename T, int VEC, Norm NORM> struct SkewAffine {
+  SkewWeights<T, VEC> w, b;
+  __device__ __forceinline__ SkewAffine(const FwdArgs &a, int shift)
+      : w{a.w, a.wf32, a.offset, 1.f, shift}, b{NORM == Norm::LN ? a.b : nullptr, a.bf32, 0.f, 0.f, shift}
+  {
+  }
+  __device__ __forceinline__ bool plain() const { return w.plain() && b.plain(); }
+};
+
 template <typename T, int VEC, int ITEMS, bool RES, bool STREAM>
 __device__ __forceinline__ void load_in(const FwdArgs &a, int64_t row, int lane, int G, int nvec,
                                         Pack<T, VEC> (&xv)[ITEMS], Pack<T, VEC> (&rv)[ITEMS])
@@ -455,12 +512,12 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
  * row's address computed once keep the epilogue short: evaluated per pack, the conditions and
  * the address cost about a quarter more instructions per row. Any other output (e: fp8, strided yt) takes
  * the fp32 values before the final rounding, the packed multiply's unrounded product; the
- * epilogue e stores them. The stored pack also goes to tap (the slab kernel's tile). */
-template <bool STREAM, Norm NORM, typename T, int VEC, int ITEMS, Out OUT, typename Tap = NoTap>
+ * epilogue e stores them. The stored pack also goes to tap (the slab kernel's tile). wt: an
+ * Affine, or the skewed kernel's SkewAffine (the same members). */
+template <bool STREAM, Norm NORM, typename T, int VEC, typename A, Out OUT, typename Tap = NoTap>
 __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
                                         Pack<typename Epi<T, OUT>::O, VEC> *y, int64_t row, int v,
-                                        float (&f)[VEC], const Stats &st,
-                                        const Affine<T, VEC, ITEMS, NORM> &wt, int i, Tap tap = {})
+                                        float (&f)[VEC], const Stats &st, const A &wt, int i, Tap tap = {})
 {
   float W[VEC];
   if constexpr (NORM == Norm::LN) {
@@ -647,6 +704,83 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS.at(ITEMS, VEC * sizeof(T)),
       store_y<false, Norm::RMS>(a, e, y, row, v, f, st, wt, i);
     }
   }
+}
+
+/* SKEW (row, on rows of single 16-bit elements): one CTA per row, which x's 16-byte boundaries
+ * cut into a head of up to 7 elements, 16-byte packs held as a 16-byte row's, and a tail of up
+ * to 7; head and tail take an element a lane (a CTA has at least 32). An element a load, the
+ * one-element kernels issue about three times the instructions a row (docs/kernels.md, "Rows
+ * of single elements"). Rows of up to 2048 whole packs (16391 columns). Hazards: y's rows must
+ * sit at x's offsets from 16 bytes (the host checks y - x and the strides), and the packs'
+ * weights (biases) lie at a row-dependent column offset: SkewAffine's element loads. */
+template <typename T, int ITEMS, Norm NORM>
+__global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, 16), FWD_LIMITS.ctas_at(ITEMS, 16))
+    fwd_skew(FwdArgs a, FwdOut o)
+{
+  constexpr int VEC = 16 / sizeof(T);
+  pdl_begin(a.pdl);
+  Epi<T, Out::PLAIN> e(o);
+  const int G = blockDim.x, lane = threadIdx.x;
+  const int64_t row = blockIdx.x;
+  const T *x = static_cast<const T *>(a.x) + row * a.sx;
+  const int to16 = (int)((16 - ((uintptr_t)x & 15)) & 15) / (int)sizeof(T);
+  const int head = to16 < a.N ? to16 : a.N, nb = (a.N - head) / VEC, tail = a.N - head - nb * VEC;
+  __shared__ float red[2][32];
+  int parity = 0;
+  Pack<T, VEC> xv[ITEMS];
+  load_row<T, VEC, ITEMS>(x + head, 0, 0, lane, G, nb, xv);
+  Pack<T, 1> xh{}, xt{};
+  load_u16_if(*reinterpret_cast<unsigned short *>(&xh), x + lane, lane < head);
+  load_u16_if(*reinterpret_cast<unsigned short *>(&xt), x + head + nb * VEC + lane, lane < tail);
+  auto each = [&](auto f) {
+    held(xv, true, lane, G, nb)(f);
+    float h[1], t[1];
+    if (lane < head) {
+      unpack(xh, h);
+      f(h[0]);
+    }
+    if (lane < tail) {
+      unpack(xt, t);
+      f(t[0]);
+    }
+  };
+  Stats st;
+  if constexpr (NORM == Norm::LN) {
+    st = ln_stats<(ITEMS > 1)>(a, each, G, red, parity);
+  } else {
+    float ss = 0.f;
+    each([&](float v) { ss += v * v; });
+    st = Stats{0.f, rsqrtf(group_reduce(ss, G, red, parity) * a.inv_n + a.eps)};
+  }
+#pragma unroll
+  for (int i = 0; i < ITEMS; i++)
+    opaque(xv[i]);
+  if (lane == 0)
+    put_stats<NORM>(a, row, st, true);
+  T *y = static_cast<T *>(a.y) + row * a.sy;
+  const SkewAffine<T, VEC, NORM> wt(a, head);
+  auto *yp = reinterpret_cast<Pack<T, VEC> *>(y + head);
+#pragma unroll
+  for (int i = 0; i < ITEMS; i++) {
+    const int v = lane + i * G;
+    if (v < nb) {
+      float f[VEC];
+      values<NORM>(xv[i], st, f);
+      store_y<true, NORM>(a, e, yp, row, v, f, st, wt, i);
+    }
+  }
+  const Affine<T, 1, 1, NORM> w1(a, 0, 0, 0, false);
+  auto *y1 = reinterpret_cast<Pack<T, 1> *>(y);
+  float f[1];
+  if (lane < head) {
+    values<NORM>(xh, st, f);
+    store_y<true, NORM>(a, e, y1, row, lane, f, st, w1, 0);
+  }
+  if (lane < tail) {
+    values<NORM>(xt, st, f);
+    store_y<true, NORM>(a, e, y1, row, head + nb * VEC + lane, f, st, w1, 0);
+  }
+  e.commit();
 }
 
 /* STRIDE: CTAs stride over rows with a trip count uniform across the CTA (rows past M
@@ -969,6 +1103,17 @@ template <typename T, int VEC, Norm NORM, bool RES, Out OUT> const void *fwd_ker
       return (const void *)fwd_loop<T, VEC, NORM, OUT>; /* the residual is a runtime pointer there */
     if (key.rows == Rows::STAGED)
       return (const void *)fwd_staged<T, VEC, NORM, RES, OUT>;
+    if (key.rows == Rows::SKEW) { /* 16-byte packs of 16-bit elements, y of x's dtype */
+      if constexpr (sizeof(T) == 2 && VEC * sizeof(T) == 16 && !RES && OUT == Out::PLAIN) {
+        const void *kp = NULL;
+        with_items(key.items, [&](auto I) {
+          kp = (const void *)fwd_skew<T, decltype(I)::value, NORM>;
+          return 0;
+        });
+        return kp;
+      }
+      return NULL;
+    }
     if (key.rows == Rows::SLAB) { /* 16-byte packs; the transposed copy is the kernel's own */
       if constexpr (VEC * sizeof(T) == 16 && !out_yt(OUT))
         return (const void *)fwd_slab<T, VEC, NORM, RES, OUT>;
@@ -1118,12 +1263,25 @@ int slab_plan(const nlk_norm *k, FwdPlan *p, char *why, size_t cap)
   return NLK_OK;
 }
 
+/* SKEW's rows: single 16-bit elements (16-byte packs ruled out), a y of x's dtype and no
+ * residual, y's rows at x's offsets from 16 bytes (y - x a multiple of 16 bytes, the same
+ * row stride). */
+bool skew_rows(const nlk_norm *k, int elt)
+{
+  return elt == 2 && pick_vec(k, k->N, elt) == 1 && !k->res && out_of(k) == Out::PLAIN &&
+         ((uintptr_t)k->x - (uintptr_t)k->y) % 16 == 0 && (k->M == 1 || k->sx == k->sy);
+}
+
 /* The candidate's layout for T, and its kernel; false when it does not fit. */
 template <typename T>
 bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
 {
   const int elt = sizeof(T), streams = k->res ? 2 : 1;
-  const int want_items = rows == Rows::WARP ? blockrow_items(k, elt) : k->fwd.items;
+  /* SKEW: its own packs per thread (the looping kernel still where items is 0) */
+  const int skew_items = k->fwd.skew_wide_n > 0 && k->N >= k->fwd.skew_wide_n ? MAX_ITEMS : k->fwd.skew_items;
+  const int want_items = rows == Rows::WARP                    ? blockrow_items(k, elt)
+                         : rows == Rows::SKEW && k->fwd.items ? skew_items
+                                                              : k->fwd.items;
   /* an fp8 y: at least fp8_items packs, over which its epilogue's per-thread cost spreads; with
    * a CTA per row more, up to MAX_ITEMS, until the CTA has at most fp8_max_threads threads (its
    * reductions and amax commit are paid once a row, and cost more the more warps they join) */
@@ -1169,7 +1327,11 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
   case Rows::LOOP:
     p->c = loop_cfg(k, k->N, elt);
     break;
-  default: /* CTA, WARP, GROUPS: a row per group, in registers */
+  case Rows::SKEW:
+    if (!skew_rows(k, elt))
+      return false;
+    [[fallthrough]];
+  default: /* CTA, WARP, GROUPS, SKEW: a row per group, in registers */
     p->c = row_cfg(k, k->N, elt, rows, FWD_LIMITS, want, SmemCost{0, 0, 0});
     if (!p->c.items)
       return false;
@@ -1248,7 +1410,7 @@ int launch(nlk_norm *k, const Candidates &cands)
   return with_dtype(k->dt, [&](auto t) { return run<decltype(t)>(k, cands); });
 }
 
-int launch_row(nlk_norm *k) { return launch(k, Candidates().add(Rows::CTA).add(Rows::LOOP)); }
+int launch_row(nlk_norm *k) { return launch(k, Candidates().add(Rows::SKEW).add(Rows::CTA).add(Rows::LOOP)); }
 
 int launch_blockrow(nlk_norm *k) { return launch(k, Candidates().add(Rows::WARP)); }
 

@@ -53,6 +53,8 @@ enum class Rows {
             * shared memory, the rows' sums exchanged over the cluster (sm_90) */
   SPLIT,   /* backward rows too wide for registers: a row-reduction kernel, then a column
             * kernel */
+  SKEW,    /* forward: one CTA per row of single 16-bit elements, cut at x's 16-byte
+            * boundaries into a head, 16-byte packs and a tail */
 };
 
 enum { MAX_ITEMS = 8, LOOP_BLOCK = 512 };
@@ -154,8 +156,9 @@ __host__ inline int pick_vec(const nlk_norm *k, int64_t n, int elt)
   return vec;
 }
 
-/* The layout of a row of n columns mapped as `rows` (CTA, WARP, GROUPS or STRIDE): the fewest
- * packs per thread, from want.items up, that fit the block limits. GROUPS and STRIDE CTAs
+/* The layout of a row of n columns mapped as `rows` (CTA, SKEW, WARP, GROUPS or STRIDE): the
+ * fewest packs per thread, from want.items up, that fit the block limits (SKEW: 16-byte packs,
+ * as many as N has whole, whatever the pointers). GROUPS and STRIDE CTAs
  * take want.block threads (capped by the limits), fewer when their staging would not fit
  * `smem`. items = 0 in the result: no register layout fits (for want.items = 0, CTA, GROUPS
  * and STRIDE report that at once, so that the looping kernel runs). A CTA per row of single
@@ -168,7 +171,7 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows,
   RowCfg c;
   int target = want.items < 1 ? 1 : want.items > MAX_ITEMS ? MAX_ITEMS : pow2ceil(want.items);
   int64_t nvec;
-  c.vec = pick_vec(k, n, elt);
+  c.vec = rows == Rows::SKEW ? 16 / elt : pick_vec(k, n, elt); /* SKEW: the most whole packs */
   nvec = n / c.vec;
   c.grid = 0;
   /* GROUPS (persistent's fallback) keeps the layout of the pipelined kernel it stands in for,
@@ -192,7 +195,7 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows,
         c.block = limits.at(items, pack);
       return c;
     }
-    if (rows == Rows::CTA) {
+    if (rows == Rows::CTA || rows == Rows::SKEW) {
       /* whole warps, not a power of two: a 5120-column bf16 row at 2 packs per thread takes
        * 320 threads where 512 left 37% of them idle (row 2093 -> GB/s at 1024 x 5120, H100) */
       c.group = per <= 32 ? 32 : (int)((per + 31) / 32 * 32);
