@@ -499,17 +499,27 @@ describe("CUDA ops #cuda", function()
 
   -- Rows of single 16-bit elements (N, a stride or a pointer off 16 bytes): row's forward cuts
   -- each at x's 16-byte boundaries into a head, 16-byte packs and a tail (fwd_skew) wherever y's
-  -- rows sit at x's offsets; a y at other offsets takes the one-element kernel. Shapes from a
+  -- rows (and add_rmsnorm's residual and residual_out rows) sit at x's offsets; a y at other
+  -- offsets takes the one-element kernel. Shapes from a
   -- head alone (N = 1, 7) to the widest the packs hold in registers (16391: 2048 whole packs),
   -- and past it (the looping kernel), with contiguous rows and with rows padded by 3 elements.
   it_cuda("rows of single 16-bit elements: row's forward in a head, 16-byte packs and a tail", function()
-    local function run_row(p, y_stride)
-      local y = cuda:empty({p.M, p.N}, p.dtype, {stride = y_stride})
-      y:fill(NaN)
+    -- y (and add_rmsnorm's residual_out) with rows of y_stride elements, the residual with x's
+    local function run_row(p, x_stride, y_stride)
+      local function strided(stride)
+        local b = cuda:empty({p.M, p.N}, p.dtype, {stride = stride})
+        b:fill(NaN)
+        return b
+      end
+      local y, h = strided(y_stride), p.add and strided(y_stride) or nil
+      local res = p.add and strided(x_stride) or nil
+      if res then
+        res:copy_(p.res)
+      end
       local rstd = poisoned({p.M}, "fp32")
       local mean = p.op == "layernorm" and poisoned({p.M}, "fp32") or nil
       local a = fwd_args(p)
-      a.y, a.rstd, a.mean = y, rstd, mean
+      a.y, a.rstd, a.mean, a.residual, a.residual_out = y, rstd, mean, res, h
       local info = nl.run(p.op .. ".fwd.row", a)
       local what = label(p, "row", "fwd") .. " " .. info.kernel
       assert.allclose(y, p.ry, {output = "y", seed = what})
@@ -517,21 +527,25 @@ describe("CUDA ops #cuda", function()
       if mean then
         assert.allclose(mean, p.rmean, {output = "mean", dtype = p.dtype, seed = what})
       end
-      free(y, rstd, mean)
+      if h then
+        assert.allclose(h, p.rh, {output = "residual_out", seed = what})
+      end
+      free(y, h, res, rstd, mean)
       return info.kernel
     end
     local skewed = 0
     for _, s in ipairs({{37, 1023}, {199, 4095}, {7, 1}, {5, 7}, {3, 9}, {4099, 100}, {33, 8191},
       {3, 16383}, {2, 16391}, {2, 16393}, {37, 1024, 3}}) do
       for _, o in ipairs(and_ln({{weight = "x"}, {weight = "fp32", cast = "gemma", offset = 1},
-        {weight = "none", cast = "none"}}, {op = "layernorm", weight = "x", bias = "x", offset = LN_OFFSET},
+        {weight = "none", cast = "none"}, {add = true, weight = "x"}, {add = true, weight = "fp32",
+        cast = "gemma", offset = 1}}, {op = "layernorm", weight = "x", bias = "x", offset = LN_OFFSET},
         {op = "layernorm", weight = "fp32", bias = "none"})) do
         for _, dtype in ipairs({"bf16", "fp16"}) do
           o.stride = s[3]
           local p = problem(s[1], s[2], dtype, o)
           reference(p)
           local stride = s[3] and s[2] + s[3] or nil
-          local k = run_row(p, stride)
+          local k = run_row(p, stride, stride)
           if s[2] <= 16391 then -- 2048 packs: 8 a thread at 256 threads
             assert(k:match("^fwd_skew<"), label(p, "row", "fwd") .. ": " .. k)
             skewed = skewed + 1
@@ -540,7 +554,7 @@ describe("CUDA ops #cuda", function()
           end
           -- y at other offsets than x (one more element a row): the one-element kernel
           if s[2] > 1 and s[2] <= 8191 then
-            k = run_row(p, s[2] + (s[3] or 0) + 1)
+            k = run_row(p, stride, s[2] + (s[3] or 0) + 1)
             assert(k:match("^fwd_one<[^,]+, 1,"), label(p, "row", "fwd") .. " other y offsets: " .. k)
           end
           release(p)

@@ -474,6 +474,19 @@ __device__ __forceinline__ void load_in(const FwdArgs &a, int64_t row, int lane,
     load_row<T, VEC, ITEMS, STREAM>(a.res, row, a.sres, lane, G, nvec, rv);
 }
 
+/* add_rmsnorm's h = round(x + res), a pack at a time. */
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> add_rounded(const Pack<T, VEC> &x, const Pack<T, VEC> &res)
+{
+  float f[VEC], rf[VEC];
+  unpack(x, f);
+  unpack(res, rf);
+#pragma unroll
+  for (int j = 0; j < VEC; j++)
+    f[j] += rf[j];
+  return pack_of<T>(f);
+}
+
 /* Adds a pack's squares to ss. RES (add_rmsnorm): first h = round(x + res) into x's pack
  * and out to res_out (unless !stores: current scaling's amax pass), which may be res itself
  * (the caller has read the pack). */
@@ -483,13 +496,7 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
 {
   float f[VEC];
   if (RES) {
-    float rf[VEC];
-    unpack(x, f);
-    unpack(res, rf);
-#pragma unroll
-    for (int j = 0; j < VEC; j++)
-      f[j] += rf[j];
-    x = pack_of<T>(f);
+    x = add_rounded(x, res);
     if (stores)
       store<T, VEC, true>(a.res_out, row, a.sres_out, v, x);
   }
@@ -708,12 +715,13 @@ __global__ void __launch_bounds__(FWD_RELOAD_LIMITS.at(ITEMS, VEC * sizeof(T)),
 
 /* SKEW (row, on rows of single 16-bit elements): one CTA per row, which x's 16-byte boundaries
  * cut into a head of up to 7 elements, 16-byte packs held as a 16-byte row's, and a tail of up
- * to 7; head and tail take an element a lane (a CTA has at least 32). An element a load, the
- * one-element kernels issue about three times the instructions a row (docs/kernels.md, "Rows
- * of single elements"). Rows of up to 2048 whole packs (16391 columns). Hazards: y's rows must
- * sit at x's offsets from 16 bytes (the host checks y - x and the strides), and the packs'
+ * to 7; head and tail take an element a lane (a CTA has at least 32); add_rmsnorm's residual
+ * and residual_out alike. An element a load, the one-element kernels issue about three times
+ * the instructions a row (docs/kernels.md, "Rows of single elements"). Rows of up to 2048
+ * whole packs (16391 columns). Hazards: y's rows (and the residual's, residual_out's) must sit
+ * at x's offsets from 16 bytes (the host checks the pointers and strides), and the packs'
  * weights (biases) lie at a row-dependent column offset: SkewAffine's element loads. */
-template <typename T, int ITEMS, Norm NORM>
+template <typename T, int ITEMS, Norm NORM, bool RES>
 __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, 16), FWD_LIMITS.ctas_at(ITEMS, 16))
     fwd_skew(FwdArgs a, FwdOut o)
 {
@@ -732,6 +740,27 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, 16), FWD_LIMITS.ctas_at(I
   Pack<T, 1> xh{}, xt{};
   load_u16_if(*reinterpret_cast<unsigned short *>(&xh), x + lane, lane < head);
   load_u16_if(*reinterpret_cast<unsigned short *>(&xt), x + head + nb * VEC + lane, lane < tail);
+  if constexpr (RES) { /* h = round(x + res) to residual_out and on as x; both at x's offsets */
+    const T *r = static_cast<const T *>(a.res) + row * a.sres;
+    T *h = static_cast<T *>(a.res_out) + row * a.sres_out;
+    Pack<T, VEC> rv[ITEMS];
+    Pack<T, 1> rh{}, rt{};
+    load_row<T, VEC, ITEMS>(r + head, 0, 0, lane, G, nb, rv);
+    load_u16_if(*reinterpret_cast<unsigned short *>(&rh), r + lane, lane < head);
+    load_u16_if(*reinterpret_cast<unsigned short *>(&rt), r + head + nb * VEC + lane, lane < tail);
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++)
+      if (lane + i * G < nb) {
+        xv[i] = add_rounded(xv[i], rv[i]);
+        store<T, VEC, true>(h + head, 0, 0, lane + i * G, xv[i]);
+      }
+    xh = add_rounded(xh, rh);
+    xt = add_rounded(xt, rt);
+    if (lane < head)
+      store<T, 1, true>(h, 0, 0, lane, xh);
+    if (lane < tail)
+      store<T, 1, true>(h, 0, 0, head + nb * VEC + lane, xt);
+  }
   auto each = [&](auto f) {
     held(xv, true, lane, G, nb)(f);
     float h[1], t[1];
@@ -1104,10 +1133,10 @@ template <typename T, int VEC, Norm NORM, bool RES, Out OUT> const void *fwd_ker
     if (key.rows == Rows::STAGED)
       return (const void *)fwd_staged<T, VEC, NORM, RES, OUT>;
     if (key.rows == Rows::SKEW) { /* 16-byte packs of 16-bit elements, y of x's dtype */
-      if constexpr (sizeof(T) == 2 && VEC * sizeof(T) == 16 && !RES && OUT == Out::PLAIN) {
+      if constexpr (sizeof(T) == 2 && VEC * sizeof(T) == 16 && OUT == Out::PLAIN) {
         const void *kp = NULL;
         with_items(key.items, [&](auto I) {
-          kp = (const void *)fwd_skew<T, decltype(I)::value, NORM>;
+          kp = (const void *)fwd_skew<T, decltype(I)::value, NORM, RES>;
           return 0;
         });
         return kp;
@@ -1263,13 +1292,16 @@ int slab_plan(const nlk_norm *k, FwdPlan *p, char *why, size_t cap)
   return NLK_OK;
 }
 
-/* SKEW's rows: single 16-bit elements (16-byte packs ruled out), a y of x's dtype and no
- * residual, y's rows at x's offsets from 16 bytes (y - x a multiple of 16 bytes, the same
- * row stride). */
+/* SKEW's rows: single 16-bit elements (16-byte packs ruled out) and a y of x's dtype, whose
+ * rows, and those of the residual and residual_out, sit at x's offsets from 16 bytes (each
+ * pointer a multiple of 16 bytes from x, the same row stride). */
 bool skew_rows(const nlk_norm *k, int elt)
 {
-  return elt == 2 && pick_vec(k, k->N, elt) == 1 && !k->res && out_of(k) == Out::PLAIN &&
-         ((uintptr_t)k->x - (uintptr_t)k->y) % 16 == 0 && (k->M == 1 || k->sx == k->sy);
+  auto as_x = [k](const void *p, int64_t stride) {
+    return !p || (((uintptr_t)p - (uintptr_t)k->x) % 16 == 0 && (k->M == 1 || stride == k->sx));
+  };
+  return elt == 2 && pick_vec(k, k->N, elt) == 1 && out_of(k) == Out::PLAIN && as_x(k->y, k->sy) &&
+         as_x(k->res, k->sres) && as_x(k->res_out, k->sres_out);
 }
 
 /* The candidate's layout for T, and its kernel; false when it does not fit. */
