@@ -433,15 +433,22 @@ __device__ __forceinline__ void load_w_raw(const void *w, int wf32, int v, float
   }
 }
 
+/* The offset added to weights W where there is a weight w (1 + offset would be wrong where
+ * there is none: the absent weight is 1). */
+template <int VEC> __device__ __forceinline__ void add_offset(const void *w, float offset, float (&W)[VEC])
+{
+  if (w)
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      W[j] += offset;
+}
+
 /* The same with the offset added to a weight that is there. */
 template <typename T, int VEC>
 __device__ __forceinline__ void load_w(const void *w, int wf32, float offset, int v, float (&out)[VEC])
 {
   load_w_raw<T, VEC>(w, wf32, v, out, 1.f);
-  if (w)
-#pragma unroll
-    for (int j = 0; j < VEC; j++)
-      out[j] += offset;
+  add_offset(w, offset, out);
 }
 
 /* A thread's weights (or LayerNorm's biases) for its packs. Preloaded (the pipelined kernels, which keep them for
@@ -483,10 +490,7 @@ template <typename T, int VEC, int ITEMS> struct Weights {
   __device__ __forceinline__ void get(int i, int v, float (&W)[VEC]) const
   {
     get_raw(i, v, W);
-    if (w)
-#pragma unroll
-      for (int j = 0; j < VEC; j++)
-        W[j] += offset;
+    add_offset(w, offset, W);
   }
   /* the same without the offset (a bias; a caller that folds the offset in elsewhere) */
   __device__ __forceinline__ void get_raw(int i, int v, float (&W)[VEC]) const

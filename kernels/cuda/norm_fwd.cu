@@ -446,10 +446,7 @@ template <typename T, int VEC> struct SkewWeights {
   __device__ __forceinline__ void get(int i, int v, float (&W)[VEC]) const
   {
     get_raw(i, v, W);
-    if (w)
-#pragma unroll
-      for (int j = 0; j < VEC; j++)
-        W[j] += offset;
+    add_offset(w, offset, W);
   }
   __device__ __forceinline__ bool plain() const { return w && !wf32; }
   __device__ __forceinline__ void plain_raw(int v, float (&W)[VEC]) const { unpack(pack(0, v), W); }
