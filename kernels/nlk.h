@@ -45,7 +45,7 @@ typedef struct nlk_fwd_tune {
   int32_t loop_ctas_per_sm;   /* looping kernel's grid (0: as many as fit) */
   int32_t stages;             /* persistent: rows in flight per thread, the current one included */
   int32_t staged_items;       /* staged: packs per thread */
-  int32_t skew_items;         /* row on rows of single 16-bit elements cut at x's 16-byte boundaries: packs per thread */
+  int32_t skew_items;         /* row, rows of 16-bit elements cut at x's 16-byte boundaries: packs per thread */
   int32_t slab_rows;          /* slab: rows per cluster block */
   int32_t slab_cols;          /* slab: widest slab of columns per CTA before a larger cluster */
   int32_t slab_block;         /* slab: threads per CTA */

@@ -1,15 +1,15 @@
 -- A representative subset of the CUDA kernels for compute-sanitizer (memcheck, racecheck):
--- every registered CUDA strategy of rmsnorm, add_rmsnorm and layernorm (auto aside: it runs
--- one of the others), forward and backward, on shapes that reach each code path (vector and
--- scalar packs (held in registers by the pipelined backward, and shared by a cluster past
--- 4096 of them; the forward's row cut into a head, 16-byte packs and a tail), one and several rows per CTA, rows of 8 to 32 threads compiled in, the
--- looping kernels, the backward's split path with several rows per chunk (64 x 40000 bf16),
--- the fused grid reduction, clusters summing dW in distributed shared memory or sharing rows,
--- the cp.async pipelines, atomics, in place), and the transpose op (every CUDA strategy:
--- copies, fp8 casts with amax, current scaling's amax pass, odd and strided shapes that take
--- the element path, small and large tiles) with a norm's external transposed copy, and the
--- norms' fp8 y and strided yt (every forward strategy, both scalings). Small shapes: the tools
--- slow kernels down a lot.
+-- every registered CUDA strategy of rmsnorm, add_rmsnorm and layernorm (auto aside: it runs one
+-- of the others), forward and backward, on shapes that reach each code path (vector and scalar
+-- packs (held in registers by the pipelined backward, and shared by a cluster past 4096 of
+-- them; the forward's row cut into a head, 16-byte packs and a tail), one and several rows per
+-- CTA, rows of 8 to 32 threads compiled in, the looping kernels, the backward's split path with
+-- several rows per chunk (64 x 40000 bf16), the fused grid reduction, clusters summing dW in
+-- distributed shared memory or sharing rows, the cp.async pipelines, atomics, in place), and
+-- the transpose op (every CUDA strategy: copies, fp8 casts with amax, current scaling's amax
+-- pass, odd and strided shapes that take the element path, small and large tiles) with a norm's
+-- external transposed copy, and the norms' fp8 y and strided yt (every forward strategy, both
+-- scalings). Small shapes: the tools slow kernels down a lot.
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
 local nl = require("normlab")
 local dev = nl.device("cuda")
