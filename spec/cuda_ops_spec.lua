@@ -500,9 +500,9 @@ describe("CUDA ops #cuda", function()
   -- Rows of single 16-bit elements (N, a stride or a pointer off 16 bytes): row's forward cuts
   -- each at x's 16-byte boundaries into a head, 16-byte packs and a tail (fwd_skew) wherever y's
   -- rows (and add_rmsnorm's residual and residual_out rows) sit at x's offsets; a y at other
-  -- offsets takes the one-element kernel. Shapes from a
-  -- head alone (N = 1, 7) to the widest the packs hold in registers (16391: 2048 whole packs),
-  -- and past it (the looping kernel), with contiguous rows and with rows padded by 3 elements.
+  -- offsets takes the one-element kernel. Shapes from a head alone (N = 1, 7) to the widest the
+  -- packs hold in registers (16391: 2048 whole packs), and past it (the looping kernel), with
+  -- contiguous rows and with rows padded by 3 elements.
   it_cuda("rows of single 16-bit elements: row's forward in a head, 16-byte packs and a tail", function()
     -- y (and add_rmsnorm's residual_out) with rows of y_stride elements, the residual with x's
     local function run_row(p, x_stride, y_stride)

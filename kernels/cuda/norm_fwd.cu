@@ -514,10 +514,10 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
  * two elements (a single element, one lane of it: no per-element tests of the weight's kind,
  * which were most of a scalar row's instructions). The flag decided once on the host and the
  * row's address computed once keep the epilogue short: evaluated per pack, the conditions and
- * the address cost about a quarter more instructions per row. Any other output (e: fp8, strided yt) takes
- * the fp32 values before the final rounding, the packed multiply's unrounded product; the
- * epilogue e stores them. The stored pack also goes to tap (the slab kernel's tile). wt: an
- * Affine, or the skewed kernel's SkewAffine (the same members). */
+ * the address cost about a quarter more instructions per row. Any other output (e: fp8,
+ * strided yt) takes the fp32 values before the final rounding, the packed multiply's
+ * unrounded product; the epilogue e stores them. The stored pack also goes to tap (the slab
+ * kernel's tile). wt: an Affine, or the skewed kernel's SkewAffine (the same members). */
 template <bool STREAM, Norm NORM, typename T, int VEC, typename A, Out OUT, typename Tap = NoTap>
 __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
                                         Pack<typename Epi<T, OUT>::O, VEC> *y, int64_t row, int v,
@@ -1439,7 +1439,10 @@ int launch(nlk_norm *k, const Candidates &cands)
   return with_dtype(k->dt, [&](auto t) { return run<decltype(t)>(k, cands); });
 }
 
-int launch_row(nlk_norm *k) { return launch(k, Candidates().add(Rows::SKEW).add(Rows::CTA).add(Rows::LOOP)); }
+int launch_row(nlk_norm *k)
+{
+  return launch(k, Candidates().add(Rows::SKEW).add(Rows::CTA).add(Rows::LOOP));
+}
 
 int launch_blockrow(nlk_norm *k) { return launch(k, Candidates().add(Rows::WARP)); }
 
