@@ -52,8 +52,11 @@ local function assert_same_bits(a, b, what)
   assert(cmp.max_abs == 0 and cmp.n_nan == 0, what .. ": " .. tostring(cmp))
 end
 
-local function poisoned(shape, dtype)
-  return cuda:full(shape, NaN, dtype)
+-- A buffer of NaN; rows of `stride` elements when given (a padded output).
+local function poisoned(shape, dtype, stride)
+  local b = cuda:empty(shape, dtype, {stride = stride})
+  b:fill(NaN)
+  return b
 end
 
 -- One problem: inputs on the CPU and their copies on the GPU. o: op ("rmsnorm" unless add
@@ -506,13 +509,10 @@ describe("CUDA ops #cuda", function()
   it_cuda("rows of single 16-bit elements: row's forward in a head, 16-byte packs and a tail", function()
     -- y (and add_rmsnorm's residual_out) with rows of y_stride elements, the residual with x's
     local function run_row(p, x_stride, y_stride)
-      local function strided(stride)
-        local b = cuda:empty({p.M, p.N}, p.dtype, {stride = stride})
-        b:fill(NaN)
-        return b
-      end
-      local y, h = strided(y_stride), p.add and strided(y_stride) or nil
-      local res = p.add and strided(x_stride) or nil
+      local shape = {p.M, p.N}
+      local y = poisoned(shape, p.dtype, y_stride)
+      local h = p.add and poisoned(shape, p.dtype, y_stride) or nil
+      local res = p.add and poisoned(shape, p.dtype, x_stride) or nil
       if res then
         res:copy_(p.res)
       end

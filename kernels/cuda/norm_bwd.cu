@@ -1003,9 +1003,6 @@ const void *kernel_of(const nlk_norm *k, const RowCfg &c, BwdKernel key)
  * thread at BWD_HELD_LIMITS' threads). */
 constexpr int64_t HELD_ROW_MAX = (int64_t)MAX_ITEMS * BWD_HELD_LIMITS(MAX_ITEMS);
 
-/* Rows of single 16-bit elements (held by the pipelined kernel, in slices of any width). */
-__host__ inline bool held_row(const nlk_norm *k) { return k->dt != NLK_F32 && pick_vec(k, k->N, 2) == 1; }
-
 /* The CTAs that would share each row: the fewest, a power of two, that bring a CTA's slice
  * to the setting's columns or fewer (rows of single 16-bit elements: to HELD_ROW_MAX, in
  * slices of ceil(N / C) columns, the last one shorter; the setting 0 turns both off), at most
@@ -1015,7 +1012,7 @@ __host__ inline bool held_row(const nlk_norm *k) { return k->dt != NLK_F32 && pi
 int row_share(const nlk_norm *k, Strategy s)
 {
   const int64_t setting = k->dt == NLK_F32 ? k->bwd.fp32_share_n : k->bwd.share_n;
-  const bool held = held_row(k);
+  const bool held = single_16bit_rows(k);
   const int64_t share_n = held && setting > 0 ? HELD_ROW_MAX : setting;
   if ((s != Strategy::PARTIALS && s != Strategy::PERSISTENT) || share_n <= 0 || k->N <= share_n)
     return 1;
@@ -1042,7 +1039,7 @@ Candidates candidates(const nlk_norm *k, Strategy s)
   int share = row_share(k, s);
   if (share > 1) {
     c.add(Rows::STRIDE, share);
-    while (share < ROW_SHARE_MAX && (held_row(k) || k->N % (2 * share) == 0))
+    while (share < ROW_SHARE_MAX && (single_16bit_rows(k) || k->N % (2 * share) == 0))
       c.add(Rows::STRIDE, share *= 2);
   }
   return c.add(Rows::STRIDE).add(Rows::SPLIT).add(Rows::LOOP);
@@ -1105,7 +1102,7 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
      * each of the first `share` lanes of a group sends the row's sum to one peer;
      * ROW_SHARE_GROUPS rows a CTA */
     if (!p->stages ||
-        (share > 1 && (held != held_row(k) || (!held && (p->c.vec == 1 || pick_vec(k, k->N, elt) == 1)) ||
+        (share > 1 && (held != single_16bit_rows(k) || (!held && (p->c.vec == 1 || row_pack_elems(k) == 1)) ||
                        p->c.group < share || rows_per_cta(p->c) > ROW_SHARE_GROUPS)))
       return false;
     break;

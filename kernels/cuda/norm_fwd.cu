@@ -732,19 +732,21 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, 16), FWD_LIMITS.ctas_at(I
   const int head = to16 < a.N ? to16 : a.N, nb = (a.N - head) / VEC, tail = a.N - head - nb * VEC;
   __shared__ float red[2][32];
   int parity = 0;
+  /* a row at x's offsets: its whole packs, and this lane's element of the head and the tail */
+  auto load_cut = [&](const T *p, Pack<T, VEC>(&v)[ITEMS], Pack<T, 1> &h, Pack<T, 1> &t) {
+    load_row<T, VEC, ITEMS>(p + head, 0, 0, lane, G, nb, v);
+    load_u16_if(*reinterpret_cast<unsigned short *>(&h), p + lane, lane < head);
+    load_u16_if(*reinterpret_cast<unsigned short *>(&t), p + head + nb * VEC + lane, lane < tail);
+  };
   Pack<T, VEC> xv[ITEMS];
-  load_row<T, VEC, ITEMS>(x + head, 0, 0, lane, G, nb, xv);
   Pack<T, 1> xh{}, xt{};
-  load_u16_if(*reinterpret_cast<unsigned short *>(&xh), x + lane, lane < head);
-  load_u16_if(*reinterpret_cast<unsigned short *>(&xt), x + head + nb * VEC + lane, lane < tail);
+  load_cut(x, xv, xh, xt);
   if constexpr (RES) { /* h = round(x + res) to residual_out and on as x; both at x's offsets */
     const T *r = static_cast<const T *>(a.res) + row * a.sres;
     T *h = static_cast<T *>(a.res_out) + row * a.sres_out;
     Pack<T, VEC> rv[ITEMS];
     Pack<T, 1> rh{}, rt{};
-    load_row<T, VEC, ITEMS>(r + head, 0, 0, lane, G, nb, rv);
-    load_u16_if(*reinterpret_cast<unsigned short *>(&rh), r + lane, lane < head);
-    load_u16_if(*reinterpret_cast<unsigned short *>(&rt), r + head + nb * VEC + lane, lane < tail);
+    load_cut(r, rv, rh, rt);
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
       if (lane + i * G < nb) {
@@ -1223,11 +1225,11 @@ Hold hold_of(const nlk_norm *k)
 /* blockrow's packs per thread: from blockrow_group_min_m rows as many as leave each row
  * blockrow_group threads (fewer threads shuffle less, and enough rows keep the GPU busy),
  * blockrow_items below (a small grid wants the most threads in flight). */
-int blockrow_items(const nlk_norm *k, int elt)
+int blockrow_items(const nlk_norm *k)
 {
   if (k->fwd.blockrow_group < 1 || k->M < k->fwd.blockrow_group_min_m)
     return k->fwd.blockrow_items;
-  const int64_t per = k->N / pick_vec(k, k->N, elt) / k->fwd.blockrow_group;
+  const int64_t per = k->N / row_pack_elems(k) / k->fwd.blockrow_group;
   int items = 1;
   while (items < MAX_ITEMS && items * 2 <= per)
     items *= 2;
@@ -1251,7 +1253,7 @@ int slab_plan(const nlk_norm *k, FwdPlan *p, char *why, size_t cap)
              (int)SLAB_MAX_ROWS, (int)SLAB_MAX_BLOCK);
     return NLK_ERR_UNSUPPORTED;
   }
-  if (pick_vec(k, k->N, elt) != vec) {
+  if (row_pack_elems(k) != vec) {
     snprintf(why, cap, "N = %lld: the slab takes rows of 16-byte packs (N a multiple of %d, "
              "16-byte aligned rows and pointers)", (long long)k->N, vec);
     return NLK_ERR_UNSUPPORTED;
@@ -1292,12 +1294,12 @@ int slab_plan(const nlk_norm *k, FwdPlan *p, char *why, size_t cap)
 /* SKEW's rows: single 16-bit elements (16-byte packs ruled out) and a y of x's dtype, whose
  * rows, and those of the residual and residual_out, sit at x's offsets from 16 bytes (each
  * pointer a multiple of 16 bytes from x, the same row stride). */
-bool skew_rows(const nlk_norm *k, int elt)
+bool skew_rows(const nlk_norm *k)
 {
   auto as_x = [k](const void *p, int64_t stride) {
     return !p || (((uintptr_t)p - (uintptr_t)k->x) % 16 == 0 && (k->M == 1 || stride == k->sx));
   };
-  return elt == 2 && pick_vec(k, k->N, elt) == 1 && out_of(k) == Out::PLAIN && as_x(k->y, k->sy) &&
+  return single_16bit_rows(k) && out_of(k) == Out::PLAIN && as_x(k->y, k->sy) &&
          as_x(k->res, k->sres) && as_x(k->res_out, k->sres_out);
 }
 
@@ -1306,11 +1308,10 @@ template <typename T>
 bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
 {
   const int elt = sizeof(T), streams = k->res ? 2 : 1;
-  /* SKEW: its own packs per thread (the looping kernel still where items is 0) */
-  const int skew_items = k->fwd.skew_wide_n > 0 && k->N >= k->fwd.skew_wide_n ? MAX_ITEMS : k->fwd.skew_items;
-  const int want_items = rows == Rows::WARP                    ? blockrow_items(k, elt)
-                         : rows == Rows::SKEW && k->fwd.items ? skew_items
-                                                              : k->fwd.items;
+  int want_items = rows == Rows::WARP ? blockrow_items(k) : k->fwd.items;
+  /* SKEW: packs a thread of its own (the looping kernel still where items is 0) */
+  if (rows == Rows::SKEW && want_items)
+    want_items = k->fwd.skew_wide_n > 0 && k->N >= k->fwd.skew_wide_n ? MAX_ITEMS : k->fwd.skew_items;
   /* an fp8 y: at least fp8_items packs, over which its epilogue's per-thread cost spreads; with
    * a CTA per row more, up to MAX_ITEMS, until the CTA has at most fp8_max_threads threads (its
    * reductions and amax commit are paid once a row, and cost more the more warps they join) */
@@ -1357,7 +1358,7 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
     p->c = loop_cfg(k, k->N, elt);
     break;
   case Rows::SKEW:
-    if (!skew_rows(k, elt))
+    if (!skew_rows(k))
       return false;
     [[fallthrough]];
   default: /* CTA, WARP, GROUPS, SKEW: a row per group, in registers */

@@ -158,9 +158,5 @@ int max_clusters(const nlk_norm *k, const void *kernel, int cluster, int block, 
 
 } // namespace nlk
 
-/* The elements of x one of the kernels' packs of a row holds: 16 bytes' worth where N, the
- * strides and the pointers allow (pick_vec), else 1. */
-extern "C" int nlk_cuda_pack_elems(const nlk_norm *k)
-{
-  return nlk::pick_vec(k, k->N, k->dt == NLK_F32 ? 4 : 2);
-}
+/* The elements in a pack of x's rows (row_pack_elems). */
+extern "C" int nlk_cuda_pack_elems(const nlk_norm *k) { return nlk::row_pack_elems(k); }

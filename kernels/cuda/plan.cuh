@@ -156,6 +156,17 @@ __host__ inline int pick_vec(const nlk_norm *k, int64_t n, int elt)
   return vec;
 }
 
+/* The elements in a pack of x's rows: 16 bytes' worth where N, the strides and the pointers
+ * allow (pick_vec), else 1. */
+__host__ inline int row_pack_elems(const nlk_norm *k) { return pick_vec(k, k->N, nlk_dtype_size(k->dt)); }
+
+/* Rows of single 16-bit elements: the rows the forward cuts at x's 16-byte boundaries (SKEW)
+ * and the backward holds an element a lane (its held layout). */
+__host__ inline bool single_16bit_rows(const nlk_norm *k)
+{
+  return nlk_dtype_size(k->dt) == 2 && row_pack_elems(k) == 1;
+}
+
 /* The layout of a row of n columns mapped as `rows` (CTA, SKEW, WARP, GROUPS or STRIDE): the
  * fewest packs per thread, from want.items up, that fit the block limits (SKEW: 16-byte packs,
  * as many as N has whole, whatever the pointers). GROUPS and STRIDE CTAs
@@ -258,7 +269,7 @@ __host__ inline int max_n_supports(const nlk_norm *k, char *why, size_t cap)
 /* WARP (blockrow): the row must fit a warp's registers, MAX_ITEMS packs a lane. */
 __host__ inline int64_t warp_row_max_n(const nlk_norm *k)
 {
-  return (int64_t)32 * MAX_ITEMS * pick_vec(k, k->N, k->dt == NLK_F32 ? 4 : 2);
+  return (int64_t)32 * MAX_ITEMS * row_pack_elems(k);
 }
 
 __host__ inline int warp_row_supports(const nlk_norm *k, char *why, size_t cap)
