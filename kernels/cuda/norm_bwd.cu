@@ -19,7 +19,7 @@
  * STRIDE: a thread always owns the same columns, so its weight packs and dW accumulators live
  * in registers for the whole kernel, while its x, dy (and dres) packs of the next
  * rmsnorm.bwd.stages - 1 rows are in flight through cp.async (single 16-bit elements, which
- * cp.async cannot copy: the next row's held in registers); at the end clusters of
+ * cp.async cannot copy: the next rows held in registers); at the end clusters of
  * rmsnorm.bwd.cluster CTAs (sm_90) may sum their dW through distributed shared memory and
  * write one partial row. On sm_90, rows wider than rmsnorm.bwd.share_n (fp32_share_n) columns
  * are shared by the CTAs of a cluster, which exchange each row's sum through distributed
@@ -593,8 +593,8 @@ __global__ void __launch_bounds__(bwd_limits(R, NORM)(ITEMS)) bwd_one(BwdArgs a)
  * ROW_SHARE: the C CTAs of a cluster walk the same rows, each over N / C columns (its
  * registers then hold rows C times wider), and exchange each row's sum (cluster_row_sum:
  * asynchronous stores counted in by mbarriers); the cluster writes one partial row, a slice
- * from each CTA. HELD (single 16-bit elements): the next row's x and dy in registers, one row
- * ahead whatever rmsnorm.bwd.stages says, and nothing staged. */
+ * from each CTA. HELD (single 16-bit elements): the next rows' x and dy in registers, AHEAD
+ * rows ahead whatever rmsnorm.bwd.stages says, and nothing staged. */
 template <typename T, int VEC, int ITEMS, Norm NORM, int CL>
 __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) bwd_stride(BwdArgs a)
 {
@@ -617,7 +617,10 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
     shift_cols<T>(a, c0);
   const Group g(a.group, false);
   const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = ncols / VEC;
-  const int S = HELD ? 2 : a.stages;
+  /* HELD: the rows held ahead of the one at hand, LayerNorm's two (its shared rows ran 10-14%
+   * faster), RMSNorm's one (two lost up to 3%: docs/kernels.md, "Rows of single elements") */
+  constexpr int AHEAD = HELD && NORM == Norm::LN ? 2 : 1;
+  const int S = HELD ? AHEAD + 1 : a.stages;
   extern __shared__ __align__(16) float dyn[];
   __shared__ Sum red[2][32];
   int parity = 0;
@@ -640,21 +643,39 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
     end = a.M;
     step = units * R;
   }
-  /* HELD: the next row's x and dy, the row at hand's dres; zeros past the row (PADDED) */
-  P hx[ITEMS], hg[ITEMS], hd[ITEMS];
+  /* HELD: the next AHEAD rows' x and dy (set 0 the nearest), the row at hand's dres; zeros
+   * past the row (PADDED) */
+  P hx[AHEAD][ITEMS], hg[AHEAD][ITEMS], hd[ITEMS];
+  float hr[AHEAD], hmu[AHEAD];
   if constexpr (HELD)
 #pragma unroll
-    for (int i = 0; i < ITEMS; i++)
-      hx[i] = hg[i] = hd[i] = P{};
-  float hr = 0.f, hmu = 0.f;
+    for (int i = 0; i < ITEMS; i++) {
+      hd[i] = P{};
+#pragma unroll
+      for (int s = 0; s < AHEAD; s++)
+        hx[s][i] = hg[s][i] = P{};
+    }
+#pragma unroll
+  for (int s = 0; s < AHEAD; s++)
+    hr[s] = hmu[s] = 0.f;
   auto fetch = [&](int64_t row, int stage) {
-    if constexpr (HELD) {
+    if constexpr (HELD) { /* the sets move one nearer, the farthest takes `row` */
+#pragma unroll
+      for (int s = 0; s + 1 < AHEAD; s++) {
+#pragma unroll
+        for (int i = 0; i < ITEMS; i++) {
+          hx[s][i] = hx[s + 1][i];
+          hg[s][i] = hg[s + 1][i];
+        }
+        hr[s] = hr[s + 1];
+        hmu[s] = hmu[s + 1];
+      }
       if (row < end) {
-        load_row<T, VEC, ITEMS>(a.x, row, a.sx, lane, G, nvec, hx);
-        load_row<T, VEC, ITEMS>(a.dy, row, a.sdy, lane, G, nvec, hg);
-        hr = a.rstd[row];
+        load_row<T, VEC, ITEMS>(a.x, row, a.sx, lane, G, nvec, hx[AHEAD - 1]);
+        load_row<T, VEC, ITEMS>(a.dy, row, a.sdy, lane, G, nvec, hg[AHEAD - 1]);
+        hr[AHEAD - 1] = a.rstd[row];
         if (NORM == Norm::LN)
-          hmu = a.mean[row];
+          hmu[AHEAD - 1] = a.mean[row];
       }
       return;
     }
@@ -692,14 +713,14 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
     const int64_t row = base + grp;
     const bool active = row < end;
     P xv[ITEMS], gv[ITEMS];
-    float r = hr, mu = hmu;
+    float r = hr[0], mu = hmu[0];
     if constexpr (HELD) {
 #pragma unroll
       for (int i = 0; i < ITEMS; i++) {
-        xv[i] = hx[i];
-        gv[i] = hg[i];
+        xv[i] = hx[0][i];
+        gv[i] = hg[0][i];
       }
-      fetch(row + step, 0);
+      fetch(row + AHEAD * step, 0);
       /* dres only for the row at hand (registers: the 8-element kernel spilled holding the
        * next row's), in flight during the row's reduction */
       if (a.dres && active)
