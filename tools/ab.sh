@@ -3,10 +3,10 @@
 # with each build in turn (A B A B ...), so that a kernel change is judged on the same GPU in
 # the same call, the way docs/kernels.md ("Measuring") asks.
 #
-#   tools/ab.sh [--base REV] [--rounds N] [--label A,B] -- COMMAND [ARGS...]
+#   tools/ab.sh [--base REV|DIR] [--rounds N] [--label A,B] -- COMMAND [ARGS...]
 #
-# A is REV (default HEAD) built in a worktree of its own, B the working tree as it is (its
-# uncommitted changes included). COMMAND runs from the repository root with NORMLAB_BUILD set
+# A is REV (default HEAD) built in a worktree of its own, or the source tree in DIR, B the
+# working tree as it is (its uncommitted changes included). COMMAND runs from the repository root with NORMLAB_BUILD set
 # to the build and every "{build}" in its arguments replaced by the build's folder, e.g.
 #   tools/ab.sh --base HEAD~1 --rounds 2 -- {build}/normlab experiments/fwd_sweep.lua \
 #       --op layernorm --device cuda --graph --no-check --M 4096 --markdown '$OUT/{label}{round}.md'
@@ -14,8 +14,11 @@
 # and to stdout under a header. Builds: $AB_DIR/a and $AB_DIR/b (AB_DIR default
 # /tmp/normlab-ab), Release, CUDA architectures from NL_CUDA_ARCHS (default 90) where nvcc is
 # found, AB_CMAKE_ARGS added (e.g. -DNL_CUDA=OFF for a CPU-only A/B); a build left there by an
-# earlier call of the same session is only brought up to date. It needs the repository's git
-# history where it runs (the base is checked out with `git worktree`).
+# earlier call of the same session is only brought up to date. A revision needs the
+# repository's git history where it runs (it is checked out with `git worktree`); where there
+# is none, as on a machine that gets a copy of the working tree, pass a directory that the copy
+# carries, made beforehand with e.g.
+#   mkdir -p ab-base && git archive HEAD~1 | tar -x -C ab-base   (untracked, so it travels)
 set -euo pipefail
 base=HEAD rounds=1 labels=a,b
 while [ $# -gt 0 ]; do
@@ -32,12 +35,19 @@ case $rounds in ''|*[!0-9]*|0) echo "tools/ab.sh: --rounds wants a positive inte
 la=${labels%%,*} lb=${labels#*,}
 [ -n "$la" ] && [ -n "$lb" ] && [ "$la" != "$labels" ] || { echo "tools/ab.sh: --label wants two names, A,B" >&2; exit 2; }
 
-root=$(git rev-parse --show-toplevel)
-cd "$root"
-rev=$(git rev-parse --verify -q "$base^{commit}") || { echo "tools/ab.sh: no revision '$base'" >&2; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
 AB_DIR=${AB_DIR:-/tmp/normlab-ab}
 OUT=${OUT:-/tmp/normlab-out}
 mkdir -p "$AB_DIR" "$OUT"
+src_a=$AB_DIR/src-a rev=
+if [ -f "$base/CMakeLists.txt" ]; then
+  src_a=$(cd "$base" && pwd)
+fi
+cd "$root"
+if [ "$src_a" = "$AB_DIR/src-a" ]; then
+  rev=$(git rev-parse --verify -q "$base^{commit}") ||
+    { echo "tools/ab.sh: '$base' is neither a revision nor a source tree" >&2; exit 2; }
+fi
 
 cuda_flags=()
 if command -v nvcc > /dev/null; then
@@ -50,6 +60,10 @@ read -r -a extra <<< "${AB_CMAKE_ARGS:-}"
 # build SRC DIR: configure once, then bring the build up to date
 build() {
   local src=$1 dir=$2
+  # a build configured from another source tree by an earlier call starts again
+  if [ -f "$dir/CMakeCache.txt" ] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$src" "$dir/CMakeCache.txt"; then
+    rm -rf "$dir"
+  fi
   [ -f "$dir/CMakeCache.txt" ] ||
     cmake -S "$src" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}" "${extra[@]}" > "$dir.cmake.log" 2>&1 ||
     { echo "tools/ab.sh: cmake failed for $src (see $dir.cmake.log)" >&2; exit 1; }
@@ -57,16 +71,24 @@ build() {
     { tail -30 "$dir.build.log" >&2; echo "tools/ab.sh: the build of $src failed" >&2; exit 1; }
 }
 
-# A: the base revision in its own worktree, moved to REV if an earlier call left another one
-wt=$AB_DIR/src-a
-if [ -d "$wt" ]; then
-  git -C "$wt" checkout -q --detach "$rev"
+# A: the source tree given, or the base revision in its own worktree, moved to REV if an
+# earlier call left another one
+if [ -n "$rev" ]; then
+  if [ -d "$src_a" ]; then
+    git -C "$src_a" checkout -q --detach "$rev"
+  else
+    git worktree add -q --detach "$src_a" "$rev"
+  fi
+  echo "== A ($la): $(git log -1 --format='%h %s' "$rev")"
 else
-  git worktree add -q --detach "$wt" "$rev"
+  echo "== A ($la): the source tree in $src_a"
 fi
-echo "== A ($la): $(git log -1 --format='%h %s' "$rev")"
-build "$wt" "$AB_DIR/a"
-echo "== B ($lb): the working tree ($(git log -1 --format='%h' HEAD)$(git diff --quiet HEAD || echo ' + uncommitted changes'))"
+build "$src_a" "$AB_DIR/a"
+if git rev-parse --verify -q HEAD > /dev/null 2>&1; then
+  echo "== B ($lb): the working tree ($(git log -1 --format='%h' HEAD)$(git diff --quiet HEAD || echo ' + uncommitted changes'))"
+else
+  echo "== B ($lb): the working tree in $root"
+fi
 build "$root" "$AB_DIR/b"
 
 status=0
