@@ -647,7 +647,7 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
    * past the row (PADDED) */
   P hx[AHEAD][ITEMS], hg[AHEAD][ITEMS], hd[ITEMS];
   float hr[AHEAD], hmu[AHEAD];
-  if constexpr (HELD)
+  if constexpr (HELD) {
 #pragma unroll
     for (int i = 0; i < ITEMS; i++) {
       hd[i] = P{};
@@ -656,8 +656,9 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
         hx[s][i] = hg[s][i] = P{};
     }
 #pragma unroll
-  for (int s = 0; s < AHEAD; s++)
-    hr[s] = hmu[s] = 0.f;
+    for (int s = 0; s < AHEAD; s++)
+      hr[s] = hmu[s] = 0.f;
+  }
   auto fetch = [&](int64_t row, int stage) {
     if constexpr (HELD) { /* the sets move one nearer, the farthest takes `row` */
 #pragma unroll
@@ -713,8 +714,10 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
     const int64_t row = base + grp;
     const bool active = row < end;
     P xv[ITEMS], gv[ITEMS];
-    float r = hr[0], mu = hmu[0];
+    float r = 0.f, mu = 0.f;
     if constexpr (HELD) {
+      r = hr[0];
+      mu = hmu[0];
 #pragma unroll
       for (int i = 0; i < ITEMS; i++) {
         xv[i] = hx[0][i];
