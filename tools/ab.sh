@@ -39,15 +39,16 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 AB_DIR=${AB_DIR:-/tmp/normlab-ab}
 OUT=${OUT:-/tmp/normlab-out}
 mkdir -p "$AB_DIR" "$OUT"
-src_a=$AB_DIR/src-a rev=
+# A's sources: the tree given (as the caller named it), else REV's worktree
+rev=
 if [ -f "$base/CMakeLists.txt" ]; then
   src_a=$(cd "$base" && pwd)
-fi
-cd "$root"
-if [ "$src_a" = "$AB_DIR/src-a" ]; then
-  rev=$(git rev-parse --verify -q "$base^{commit}") ||
+else
+  src_a=$AB_DIR/src-a
+  rev=$(git -C "$root" rev-parse --verify -q "$base^{commit}") ||
     { echo "tools/ab.sh: '$base' is neither a revision nor a source tree" >&2; exit 2; }
 fi
+cd "$root"
 
 cuda_flags=()
 if command -v nvcc > /dev/null; then
