@@ -714,6 +714,8 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
     const int64_t row = base + grp;
     const bool active = row < end;
     P xv[ITEMS], gv[ITEMS];
+    /* HELD takes r and mu from its set, the staged kernels from the staging below (giving
+     * them hr[0] too moved their PTX's register order, and ptxas spilled at 64 registers) */
     float r = 0.f, mu = 0.f;
     if constexpr (HELD) {
       r = hr[0];
