@@ -1128,7 +1128,7 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
      * each of the first `share` lanes of a group sends the row's sum to one peer;
      * ROW_SHARE_GROUPS rows a CTA */
     if (!p->stages ||
-        (share > 1 && (held != single_16bit_rows(k) || (!held && (p->c.vec == 1 || row_pack_elems(k) == 1)) ||
+        (share > 1 && (!(held ? single_16bit_rows(k) : p->c.vec > 1 && row_pack_elems(k) > 1) ||
                        p->c.group < share || rows_per_cta(p->c) > ROW_SHARE_GROUPS)))
       return false;
     break;
