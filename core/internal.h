@@ -29,11 +29,11 @@ typedef struct nl_knobs {
   /* the CUDA auto resolvers' thresholds */
   struct {
     int64_t blockrow_max_n, blockrow_min_m, blockrow_max_m, row_min_n, narrow_min_m, staged_min_n;
-    int64_t persistent_min_m, persistent_min_n;
+    int64_t persistent_max_m, persistent_min_n;
   } rms_fwd;
   /* LayerNorm's twins of rms_fwd's, where its best value differs */
   struct {
-    int64_t row_min_n, staged_min_n;
+    int64_t row_min_n, staged_min_n, persistent_max_m;
   } ln_fwd;
   /* add_rmsnorm's */
   struct {

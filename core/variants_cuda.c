@@ -33,16 +33,20 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
  * blockrow_max_n columns, from blockrow_min_m rows (fewer rows want a CTA each) up to
  * blockrow_max_m, and for rows narrower than row_min_n from narrow_min_m rows whatever M
  * above that (a CTA per row has a warp or less: with a few rows it still wins, from about a
- * hundred it leaves the SMs idle); then persistent from persistent_min_m rows and
- * persistent_min_n columns, row otherwise. LayerNorm takes its own row_min_n and
- * staged_min_n (layernorm.fwd.*: its two passes make the row kernel issue-bound sooner),
- * add_rmsnorm its own blockrow_max_n (add_rmsnorm.fwd.*: the residual's packs). The
- * thresholds come from the H100 and H200 crossovers (docs/kernels.md). */
+ * hundred it leaves the SMs idle); then persistent for up to persistent_max_m rows from
+ * persistent_min_n columns below staged_min_n (a few wide rows, where it led row on an H100
+ * and an H200; wider rows that staged cannot hold take row's looping kernel), row
+ * otherwise. LayerNorm takes its own row_min_n, staged_min_n and persistent_max_m
+ * (layernorm.fwd.*: its two passes make the row kernel issue-bound sooner, and its
+ * persistent kernel lost the few wide rows to row), add_rmsnorm its own blockrow_max_n
+ * (add_rmsnorm.fwd.*: the residual's packs). The thresholds come from the H100 and H200
+ * crossovers (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
   const int ln = k->op == NLK_LAYERNORM;
   const int64_t staged_min_n = ln ? kn->ln_fwd.staged_min_n : kn->rms_fwd.staged_min_n;
   const int64_t row_min_n = ln ? kn->ln_fwd.row_min_n : kn->rms_fwd.row_min_n;
+  const int64_t persistent_max_m = ln ? kn->ln_fwd.persistent_max_m : kn->rms_fwd.persistent_max_m;
   const int64_t blockrow_max_n =
       k->op == NLK_ADD_RMSNORM ? kn->add_fwd.blockrow_max_n : kn->rms_fwd.blockrow_max_n;
   if (k->N >= staged_min_n && nl__fits(NL_CUDA, NL_FWD, "staged", k))
@@ -51,7 +55,7 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
   if ((narrow || (k->M >= kn->rms_fwd.blockrow_min_m && k->M <= kn->rms_fwd.blockrow_max_m)) &&
       k->N <= blockrow_max_n && nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
     return "blockrow";
-  if (k->M >= kn->rms_fwd.persistent_min_m && k->N >= kn->rms_fwd.persistent_min_n)
+  if (k->M <= persistent_max_m && k->N >= kn->rms_fwd.persistent_min_n && k->N < staged_min_n)
     return "persistent";
   return "row";
 }

@@ -799,7 +799,7 @@ describe("CUDA ops #cuda", function()
     free(x, y)
   end)
 
-  it_cuda("auto forward follows staged_min_n, blockrow_*, row_min_n, narrow_min_m and persistent_min_*", function()
+  it_cuda("auto forward follows staged_min_n, blockrow_*, row_min_n, narrow_min_m and persistent_*", function()
     local x, y = cuda:randn({64, 1024}, "bf16", {seed = 3}), cuda:empty({64, 1024}, "bf16")
     local args = {x = x, y = y, eps = 1e-6}
     -- narrower than row_min_n: blockrow whatever M from narrow_min_m
@@ -833,9 +833,18 @@ describe("CUDA ops #cuda", function()
       ["rmsnorm.fwd.row_min_n"] = 1024}, function()
         assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
       end)
-    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.persistent_min_m"] = 64,
+    -- a few wide rows: persistent up to persistent_max_m rows from persistent_min_n columns
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.persistent_max_m"] = 64,
       ["rmsnorm.fwd.persistent_min_n"] = 1024}, function()
       assert.are.equal("rmsnorm.fwd.persistent", nl.resolve("rmsnorm.fwd.auto", args))
+    end)
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.persistent_max_m"] = 63,
+      ["rmsnorm.fwd.persistent_min_n"] = 1024}, function()
+      assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+    end)
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.persistent_max_m"] = 64,
+      ["rmsnorm.fwd.persistent_min_n"] = 1025}, function()
+      assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
     end)
     -- staged from staged_min_n columns where the row fits shared memory, before blockrow
     with_settings({["rmsnorm.fwd.staged_min_n"] = 1024}, function()
@@ -854,6 +863,18 @@ describe("CUDA ops #cuda", function()
     with_settings({["layernorm.fwd.staged_min_n"] = 1025, ["rmsnorm.fwd.staged_min_n"] = 1024}, function()
       assert.are.equal("layernorm.fwd.row", nl.resolve("layernorm.fwd.auto", ln))
     end)
+    -- and its twin of persistent_max_m
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.persistent_min_n"] = 1024,
+      ["rmsnorm.fwd.persistent_max_m"] = 64, ["layernorm.fwd.persistent_max_m"] = 0,
+      ["layernorm.fwd.staged_min_n"] = 2 ^ 24, ["layernorm.fwd.row_min_n"] = 1024}, function()
+        assert.are.equal("layernorm.fwd.row", nl.resolve("layernorm.fwd.auto", ln))
+        assert.are.equal("rmsnorm.fwd.persistent", nl.resolve("rmsnorm.fwd.auto", args))
+      end)
+    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.persistent_min_n"] = 1024,
+      ["rmsnorm.fwd.persistent_max_m"] = 0, ["layernorm.fwd.persistent_max_m"] = 64,
+      ["layernorm.fwd.staged_min_n"] = 2 ^ 24, ["layernorm.fwd.row_min_n"] = 1024}, function()
+        assert.are.equal("layernorm.fwd.persistent", nl.resolve("layernorm.fwd.auto", ln))
+      end)
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63,
       ["rmsnorm.fwd.narrow_min_m"] = 64, ["layernorm.fwd.staged_min_n"] = 2 ^ 24,
       ["layernorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.row_min_n"] = 1024}, function()
