@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, CUDA specs, sanitizers, benchmarks; logs under $OUT.
-#   tools/gpu.sh [steps...]     steps: build spec spec-ffi sanitize fuzz bench tune peers
+#   tools/gpu.sh [steps...]     steps: build spec spec-ffi sanitize fuzz bench tune grid peers
 #                               (default: build spec bench)
 # Run from the repository root on a machine with the CUDA toolkit, CMake, Ninja, and Lua 5.4,
 # LuaJIT and busted on PATH (for `peers`: PyTorch, and Liger / QuACK where installed). Each
@@ -103,6 +103,18 @@ for step in $steps; do
         --set rmsnorm.fwd.loop_ctas_per_sm=0,1,2,3,4 --markdown "$OUT/tune_loop_fwd.md"
       run tune_loop_bwd "${loop[@]}" --op rmsnorm.bwd --variants persistent --N 16384,32768 \
         --set rmsnorm.bwd.loop_ctas_per_sm=0,1,2,3 --markdown "$OUT/tune_loop_bwd.md" ;;
+    grid)
+      # auto's acceptance grids (experiments/crossover.lua, bf16, every variant, the short
+      # batches of docs/kernels.md "The acceptance grid"; about 3 minutes each on an H100):
+      # GRID_OPS picks them (default all six); the backward's stop at 32768 rows, where row's
+      # M x N temp still fits
+      for op in ${GRID_OPS:-rmsnorm.fwd rmsnorm.bwd layernorm.fwd layernorm.bwd add_rmsnorm.fwd add_rmsnorm.bwd}; do
+        rows=()
+        case $op in *.bwd) rows=(--M 1,16,128,1024,4096,16384,32768) ;; esac
+        run "grid_$op" "$BUILD/normlab" experiments/crossover.lua --device cuda --graph --no-check \
+          --set bench.warmup_ms=40 --set bench.batch_ms=4 --batches 5 --op "$op" "${rows[@]}" \
+          --json "$OUT/grid_$op.json" --markdown "$OUT/grid_$op.md" --svg "$OUT/grid_$op.svg"
+      done ;;
     peers)
       # torch, torch.compile, Liger and QuACK on the shapes of the performance targets, timed as
       # normlab times (outputs rotating), GB/s by normlab's bytes and % of normlab's copy roofline,
