@@ -105,7 +105,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA blockrow forward: rows from which blockrow_group sets the threads per row"},
   {.key = "rmsnorm.fwd.persistent_max_m", AT(rms_fwd.persistent_max_m, I64),
    .def = 128, .min = 0, .max = M12,
-   .doc = "CUDA auto forward below staged_min_n columns: persistent for up to this many rows from persistent_min_n columns, row otherwise (bf16, 1 to 128 rows of 12288 and 16384 columns: persistent led row by 6-39% on an H200, by 4-10% on an H100; 0: never)"},
+   .doc = "CUDA auto forward below staged_min_n columns: persistent for up to this many rows from persistent_min_n columns, row otherwise (bf16, 1 to 128 rows of 12288 and 16384 columns: persistent led row by 6-39% on an H200, by 2-10% on an H100; 0: never)"},
   {.key = "rmsnorm.fwd.persistent_min_n", AT(rms_fwd.persistent_min_n, I64),
    .def = 12288, .min = 1, .max = N24,
    .doc = "CUDA auto forward: persistent from this many columns (for up to persistent_max_m rows; at 8192 row led by 4-16% on an H200)"},
