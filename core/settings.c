@@ -87,7 +87,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA auto forward, LayerNorm: rmsnorm.fwd.staged_min_n's twin (H200 bf16: staged led row by 12-14% at M = 16384 and 32768 from N = 4096, by 9% at M = 4096 from 8192, and lost 3% at 4096 x 4096)"},
   {.key = "layernorm.fwd.persistent_max_m", AT(ln_fwd.persistent_max_m, I64),
    .def = 0, .min = 0, .max = M12,
-   .doc = "CUDA auto forward, LayerNorm: rmsnorm.fwd.persistent_max_m's twin (H100 bf16, 1 to 128 rows of 12288 and 16384 columns: persistent at 0.83-0.95x of row or staged; 0: never)"},
+   .doc = "CUDA auto forward, LayerNorm: rmsnorm.fwd.persistent_max_m's twin (H100 bf16, 1 to 128 rows of 12288 and 16384 columns: persistent at 0.83-0.97x of the best, row or staged; 0: never)"},
   {.key = "add_rmsnorm.fwd.blockrow_max_n", AT(add_fwd.blockrow_max_n, I64),
    .def = 1024, .min = 0, .max = N24,
    .doc = "CUDA auto forward, add_rmsnorm: rmsnorm.fwd.blockrow_max_n's twin (H100 bf16, M = 4096: row and staged led blockrow by 5-6% at N = 1536 and 2048, where RMSNorm's blockrow leads)"},
