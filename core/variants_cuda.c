@@ -143,9 +143,9 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
   FWD(O, OP, "auto", auto_fwd, "staged from rmsnorm.fwd.staged_min_n columns where it fits, "     \
       "blockrow for N <= rmsnorm.fwd.blockrow_max_n and rmsnorm.fwd.blockrow_min_m <= M <= "      \
       "rmsnorm.fwd.blockrow_max_m (below rmsnorm.fwd.row_min_n columns from "                     \
-      "rmsnorm.fwd.narrow_min_m rows whatever M), persistent from "                               \
-      "rmsnorm.fwd.persistent_min_m rows and rmsnorm.fwd.persistent_min_n columns, row "          \
-      "otherwise (LayerNorm: layernorm.fwd.staged_min_n and row_min_n; add_rmsnorm: "             \
+      "rmsnorm.fwd.narrow_min_m rows whatever M), persistent for M <= "                           \
+      "rmsnorm.fwd.persistent_max_m from rmsnorm.fwd.persistent_min_n columns, row otherwise "    \
+      "(LayerNorm: layernorm.fwd.staged_min_n, row_min_n and persistent_max_m; add_rmsnorm: "     \
       "add_rmsnorm.fwd.blockrow_max_n)", AUTO_LIMITS),                                            \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \
       "fp32 temp and a column-reduce kernel (the old design)", LIMITS),                           \
