@@ -6,8 +6,9 @@
 #   tools/ab.sh [--base REV|DIR] [--rounds N] [--label A,B] -- COMMAND [ARGS...]
 #
 # A is REV (default HEAD) built in a worktree of its own, or the source tree in DIR, B the
-# working tree as it is (its uncommitted changes included). COMMAND runs from the repository root with NORMLAB_BUILD set
-# to the build and every "{build}" in its arguments replaced by the build's folder, e.g.
+# working tree as it is (its uncommitted changes included). COMMAND runs from the repository
+# root with NORMLAB_BUILD set to the build and every "{build}" in its arguments replaced by the
+# build's folder, e.g.
 #   tools/ab.sh --base HEAD~1 --rounds 2 -- {build}/normlab experiments/fwd_sweep.lua \
 #       --op layernorm --device cuda --graph --no-check --M 4096 --markdown '$OUT/{label}{round}.md'
 # "{label}" and "{round}" are replaced too. Each run's output goes to $OUT/ab-<label><round>.log
