@@ -444,6 +444,46 @@ describe("CUDA ops #cuda", function()
     end)
   end)
 
+  -- row's packs per thread doubled where that fits the grid's CTAs in one wave
+  -- (rmsnorm.fwd.one_wave_items): against ref either way; one row never needs a second wave, so
+  -- its kernel does not change; on an H100 or H200 (132 SMs) 1024 rows of 5120 bf16 columns
+  -- take 1.3-1.6 waves at 2 packs a thread and one at 4 (docs/kernels.md).
+  it_cuda("row's packs doubled where that fits one wave (one_wave_items), against ref", function()
+    local gpu = cuda.info.name
+    local function items_of(info)
+      return tonumber(info.kernel:match("^fwd_%a+<[^,]+, %d+, (%d+)"))
+    end
+    for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "fp32", offset = LN_OFFSET}}) do
+      for _, dtype in ipairs({"bf16", "fp32"}) do
+        for _, s in ipairs({{1, 5120}, {1024, 5120}, {777, 6144}}) do
+          local p = problem(s[1], s[2], dtype, o)
+          reference(p)
+          local items = {}
+          for _, on in ipairs({0, 1}) do
+            with_settings({["rmsnorm.fwd.one_wave_items"] = on, ["rmsnorm.fwd.items"] = 2}, function()
+              assert.is_true(check_fwd(p, "row"))
+              local a = fwd_args(p)
+              a.y, a.rstd = poisoned({p.M, p.N}, p.dtype), poisoned({p.M}, "fp32")
+              a.mean = p.op == "layernorm" and poisoned({p.M}, "fp32") or nil
+              a.residual_out = p.add and poisoned({p.M, p.N}, p.dtype) or nil
+              items[on] = items_of(nl.run(p.op .. ".fwd.row", a))
+              free(a.y, a.rstd, a.mean, a.residual_out)
+            end)
+          end
+          local what = label(p, "row", "fwd")
+          assert(items[1] == items[0] or items[1] == 2 * items[0], what)
+          if p.M == 1 then
+            assert(items[1] == items[0], what .. ": one row doubled its packs")
+          end
+          if p.M == 1024 and dtype == "bf16" and not p.add and p.op == "rmsnorm" and gpu:match("H[12]00") then
+            assert(items[0] == 2 and items[1] == 4, what .. ": " .. items[0] .. " -> " .. items[1] .. " packs")
+          end
+          release(p)
+        end
+      end
+    end
+  end)
+
   -- The one-row forward kernels with the row's threads compiled in (rmsnorm.fwd.fixed_lanes_max,
   -- 4 to 32 lanes, up to 4 16-byte packs a thread, y in x's dtype, the weight read after the
   -- reduction): run info names the instance (its last template argument, 0 for the general

@@ -1368,12 +1368,31 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
   }
   /* one-row groups up to fixed_lanes_max threads ask for their count compiled in (one_kernel) */
   const bool one = rows == Rows::CTA || rows == Rows::WARP || rows == Rows::GROUPS;
-  const FwdKernel key{rows, p->c.items, hold_of(k), k->res != NULL, out_of(k),
-                      one && p->c.group <= k->fwd.fixed_lanes_max ? p->c.group : 0};
-  p->kernel = with_norm(k, [&](auto N) {
-    return with_vec<T>(p->c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
-  });
-  return p->kernel && allow_smem(k, p->kernel, p->smem) == cudaSuccess;
+  auto kernel_for = [&](const RowCfg &c) {
+    const FwdKernel key{rows, c.items, hold_of(k), k->res != NULL, out_of(k),
+                        one && c.group <= k->fwd.fixed_lanes_max ? c.group : 0};
+    return with_norm(k, [&](auto N) {
+      return with_vec<T>(c.vec, [&](auto V) { return fwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
+    });
+  };
+  p->kernel = kernel_for(p->c);
+  if (!p->kernel || allow_smem(k, p->kernel, p->smem) != cudaSuccess)
+    return false;
+  /* a CTA per row lives about two memory round trips, so a grid of a few waves takes as many
+   * lifetimes as it has waves, the last one part-filled: where M CTAs need more than one wave
+   * at the wanted packs and one wave at twice as many (fewer threads a row, more CTAs
+   * resident), take twice as many (rmsnorm.fwd.one_wave_items) */
+  auto wave = [k](const void *kernel, int block) { return (int64_t)k->sm_count * occupancy(k, kernel, block, 0); };
+  if (rows == Rows::CTA && k->fwd.one_wave_items && p->c.items < MAX_ITEMS && k->M > wave(p->kernel, p->c.block)) {
+    const RowCfg c = row_cfg(k, k->N, elt, rows, FWD_LIMITS, Want{p->c.items * 2, want.block, want.warp_block},
+                             SmemCost{0, 0, 0});
+    const void *kernel = c.items > p->c.items ? kernel_for(c) : NULL;
+    if (kernel && k->M <= wave(kernel, c.block)) {
+      p->c = c;
+      p->kernel = kernel;
+    }
+  }
+  return true;
 }
 
 /* Plans the first of `cands` that fits and launches it: one-row mappings take a CTA per row
