@@ -440,7 +440,7 @@ template <typename T, int VEC> struct SkewWeights {
       for (int j = 0; j < VEC; j++)
         W[j] = p[j];
     } else {
-      unpack(pack(0, v), W);
+      plain_raw(v, W);
     }
   }
   __device__ __forceinline__ void get(int i, int v, float (&W)[VEC]) const
