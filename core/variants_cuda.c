@@ -126,8 +126,8 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
 
 #define NORM_ENTRIES(O, OP)                                                                        \
   FWD(O, OP, "row", NULL, "one CTA per row, row held in registers (RMSNorm: read twice, the "     \
-      "second time from L1, from rmsnorm.fwd.reload_min_n columns), twice the packs per thread "  \
-      "where that fits the grid in one wave (rmsnorm.fwd.one_wave_items); rows of single 16-bit " \
+      "second time from L1, from rmsnorm.fwd.reload_min_n columns), more packs per thread where " \
+      "that fits the grid in one wave (rmsnorm.fwd.one_wave_doublings); rows of single 16-bit "   \
       "elements in 16-byte packs between an unaligned head and tail where y sits as x", LIMITS),  \
   FWD(O, OP, "blockrow", NULL, "a warp or less per row, rmsnorm.fwd.blockrow_block threads per "  \
       "CTA, shuffle reductions only; packs per thread: rmsnorm.fwd.blockrow_items, or "           \

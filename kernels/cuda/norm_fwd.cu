@@ -1380,16 +1380,23 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
     return false;
   /* a CTA per row lives about two memory round trips, so a grid of a few waves takes as many
    * lifetimes as it has waves, the last one part-filled: where M CTAs need more than one wave
-   * at the wanted packs and one wave at twice as many (fewer threads a row, more CTAs
-   * resident), take twice as many (rmsnorm.fwd.one_wave_items) */
+   * at the wanted packs, take the fewest doublings of them (fewer threads a row, more CTAs
+   * resident), up to rmsnorm.fwd.one_wave_doublings, that fit one wave, if any, in CTAs of
+   * one_wave_min_block threads at least (one-warp CTAs lost even in one wave) */
   auto wave = [k](const void *kernel, int block) { return (int64_t)k->sm_count * occupancy(k, kernel, block, 0); };
-  if (rows == Rows::CTA && k->fwd.one_wave_items && p->c.items < MAX_ITEMS && k->M > wave(p->kernel, p->c.block)) {
-    const RowCfg c = row_cfg(k, k->N, elt, rows, FWD_LIMITS, Want{p->c.items * 2, want.block, want.warp_block},
-                             SmemCost{0, 0, 0});
-    const void *kernel = c.items > p->c.items ? kernel_for(c) : NULL;
-    if (kernel && k->M <= wave(kernel, c.block)) {
-      p->c = c;
-      p->kernel = kernel;
+  if (rows == Rows::CTA && k->fwd.one_wave_doublings > 0 && k->M > wave(p->kernel, p->c.block)) {
+    RowCfg c = p->c;
+    for (int d = 0; d < k->fwd.one_wave_doublings && c.items < MAX_ITEMS; d++) {
+      const int before = c.items;
+      c = row_cfg(k, k->N, elt, rows, FWD_LIMITS, Want{before * 2, want.block, want.warp_block}, SmemCost{0, 0, 0});
+      const void *kernel = c.items > before && c.block >= k->fwd.one_wave_min_block ? kernel_for(c) : NULL;
+      if (!kernel)
+        break;
+      if (k->M <= wave(kernel, c.block)) {
+        p->c = c;
+        p->kernel = kernel;
+        break;
+      }
     }
   }
   return true;
