@@ -105,13 +105,14 @@ for step in $steps; do
         --set rmsnorm.bwd.loop_ctas_per_sm=0,1,2,3 --markdown "$OUT/tune_loop_bwd.md" ;;
     grid)
       # auto's acceptance grids (experiments/crossover.lua, bf16, every variant, the short
-      # batches of docs/kernels.md "The acceptance grid"; about 3 minutes each on an H100):
-      # GRID_OPS picks them (default all six); the backward's stop at 32768 rows, where row's
-      # M x N temp still fits
+      # batches of docs/kernels.md "The acceptance grid"; about 3 minutes each on an H100,
+      # add_rmsnorm's forward over 5, its last cells of 65536 rows the slowest to set up, hence
+      # GRID_TIMEOUT): GRID_OPS picks them (default all six); the backward's stop at 32768
+      # rows, where row's M x N temp still fits
       for op in ${GRID_OPS:-rmsnorm.fwd rmsnorm.bwd layernorm.fwd layernorm.bwd add_rmsnorm.fwd add_rmsnorm.bwd}; do
         rows=()
         case $op in *.bwd) rows=(--M 1,16,128,1024,4096,16384,32768) ;; esac
-        run "grid_$op" "$BUILD/normlab" experiments/crossover.lua --device cuda --graph --no-check \
+        STEP_TIMEOUT=${GRID_TIMEOUT:-540} run "grid_$op" "$BUILD/normlab" experiments/crossover.lua --device cuda --graph --no-check \
           --set bench.warmup_ms=40 --set bench.batch_ms=4 --batches 5 --op "$op" "${rows[@]}" \
           --json "$OUT/grid_$op.json" --markdown "$OUT/grid_$op.md" --svg "$OUT/grid_$op.svg"
       done ;;
