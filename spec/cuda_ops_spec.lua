@@ -157,6 +157,15 @@ local function fwd_args(p)
     offset = p.offset}
 end
 
+-- fwd_args(p) with NaN-poisoned outputs: y, rstd, and the mean or residual_out p's op writes.
+local function poisoned_fwd_args(p)
+  local a = fwd_args(p)
+  a.y, a.rstd = poisoned({p.M, p.N}, p.dtype), poisoned({p.M}, "fp32")
+  a.mean = p.op == "layernorm" and poisoned({p.M}, "fp32") or nil
+  a.residual_out = p.add and poisoned({p.M, p.N}, p.dtype) or nil
+  return a
+end
+
 -- Runs a forward variant into poisoned outputs and compares. false, reason when the
 -- variant does not take this shape.
 local function check_fwd(p, variant)
@@ -462,10 +471,7 @@ describe("CUDA ops #cuda", function()
           for _, on in ipairs({0, 2}) do
             with_settings({["rmsnorm.fwd.one_wave_doublings"] = on, ["rmsnorm.fwd.items"] = 2}, function()
               assert.is_true(check_fwd(p, "row"))
-              local a = fwd_args(p)
-              a.y, a.rstd = poisoned({p.M, p.N}, p.dtype), poisoned({p.M}, "fp32")
-              a.mean = p.op == "layernorm" and poisoned({p.M}, "fp32") or nil
-              a.residual_out = p.add and poisoned({p.M, p.N}, p.dtype) or nil
+              local a = poisoned_fwd_args(p)
               items[on] = items_of(nl.run(p.op .. ".fwd.row", a))
               free(a.y, a.rstd, a.mean, a.residual_out)
             end)
@@ -502,10 +508,7 @@ describe("CUDA ops #cuda", function()
             for _, early in ipairs({0, 2 ^ 24}) do
               local outs = {}
               for _, max in ipairs({32, 0}) do
-                local a = fwd_args(p)
-                a.y, a.rstd = poisoned({p.M, p.N}, p.dtype), poisoned({p.M}, "fp32")
-                a.mean = p.op == "layernorm" and poisoned({p.M}, "fp32") or nil
-                a.residual_out = p.add and poisoned({p.M, p.N}, p.dtype) or nil
+                local a = poisoned_fwd_args(p)
                 local info
                 with_settings({["rmsnorm.fwd.fixed_lanes_max"] = max, ["rmsnorm.fwd.early_weight_max_n"] = early,
                   ["rmsnorm.fwd.blockrow_group_min_m"] = 4096, ["rmsnorm.fwd.blockrow_group"] = 4,
