@@ -38,6 +38,7 @@ typedef struct nl_knobs {
   /* add_rmsnorm's */
   struct {
     int64_t blockrow_max_n;
+    double staged_max_waves;
   } add_fwd;
   struct {
     int64_t blockrow_max_n, blockrow_max_m, narrow_max_n, narrow_max_m, partials_min_m, row_max_n;

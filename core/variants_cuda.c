@@ -39,8 +39,12 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
  * otherwise. LayerNorm takes its own row_min_n, staged_min_n and persistent_max_m
  * (layernorm.fwd.*: its two passes make the row kernel issue-bound sooner, and its
  * persistent kernel lost the few wide rows to row), add_rmsnorm its own blockrow_max_n
- * (add_rmsnorm.fwd.*: the residual's packs). The thresholds come from the H100 and H200
- * crossovers (docs/kernels.md). */
+ * (add_rmsnorm.fwd.*: the residual's packs), and for a y in x's dtype staged instead of
+ * row where row's CTAs need more than one wave and at most add_rmsnorm.fwd.staged_max_waves
+ * while staged's fit one (the residual's registers leave row's one-wave doublings short
+ * there, and a CTA per row lives about two round trips; staged holds no row in registers,
+ * but wide fp32 rows fill its shared memory).
+ * The thresholds come from the H100 and H200 crossovers (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
   const int ln = k->op == NLK_LAYERNORM;
@@ -57,6 +61,12 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
     return "blockrow";
   if (k->M <= persistent_max_m && k->N >= kn->rms_fwd.persistent_min_n && k->N < staged_min_n)
     return "persistent";
+  if (k->op == NLK_ADD_RMSNORM && kn->add_fwd.staged_max_waves > 0 && !nlk_is_fp8(k->ydt) && !k->yt &&
+      nl__fits(NL_CUDA, NL_FWD, "staged", k)) {
+    const double waves = nlk_cuda_fwd_waves(k, "row");
+    if (waves > 1 && waves <= kn->add_fwd.staged_max_waves && nlk_cuda_fwd_waves(k, "staged") <= 1)
+      return "staged";
+  }
   return "row";
 }
 

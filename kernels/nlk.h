@@ -148,6 +148,8 @@ typedef struct nlk_norm {
   int32_t grid;           /* [out] blocks (CUDA) or threads (CPU) used by the main kernel */
   int32_t block;          /* [out] threads per block */
   int32_t cluster_dim;    /* [out] CUDA: CTAs per thread-block cluster of the main kernel (1: none) */
+  int32_t resident;       /* [out] CUDA: CTAs of the main kernel one SM holds at once (the occupancy
+                           * API's count at its block and shared memory); 0: not known */
   int32_t current_passes; /* [out] current scaling: 2 (an amax pass, then y) or 1 (one kernel with a
                            * grid barrier) */
   int64_t extra_bytes;    /* [out] traffic beyond the byte model and the workspace, e.g. current

@@ -946,6 +946,50 @@ describe("CUDA ops #cuda", function()
     free(x, y, xw, yw)
   end)
 
+  -- add_rmsnorm's auto forward takes staged where row's CTAs need more than one wave and at
+  -- most add_rmsnorm.fwd.staged_max_waves while staged's need one (the resolver counts them as
+  -- the variants' run info does), row elsewhere, with the setting at 0 and for an fp8 y;
+  -- RMSNorm's never does. On an H100 or H200 (132 SMs) the shapes below fall on both sides,
+  -- fp32's 512 x 8192 for staged's shared memory (docs/kernels.md, "One wave of CTAs").
+  it_cuda("auto add_rmsnorm forward: staged between one and staged_max_waves waves of row's CTAs", function()
+    local max_waves = nl.get("add_rmsnorm.fwd.staged_max_waves")
+    local picked = {}
+    for _, s in ipairs({{64, 3072}, {1024, 3072}, {1536, 3072}, {2048, 3072}, {4096, 3072},
+      {1024, 5120}, {768, 8192}, {2048, 8192}, {512, 12288}, {512, 8192, "fp32"}}) do
+      local M, N, dtype = s[1], s[2], s[3] or "bf16"
+      local x, res = cuda:randn({M, N}, dtype, {seed = 5}), cuda:randn({M, N}, dtype, {seed = 6})
+      local w, y, ro = cuda:randn({N}, dtype, {seed = 7}), cuda:empty({M, N}, dtype), cuda:empty({M, N}, dtype)
+      local rstd = cuda:empty({M}, "fp32")
+      local args = {x = x, w = w, y = y, rstd = rstd, residual = res, residual_out = ro, eps = 1e-6}
+      local plain = {x = x, w = w, y = y, rstd = rstd, eps = 1e-6}
+      local what = M .. " x " .. N .. " " .. dtype
+      local row, staged = nl.run("add_rmsnorm.fwd.row", args), nl.run("add_rmsnorm.fwd.staged", args)
+      assert.are.equal(M, row.grid, what)
+      assert(row.waves > 0 and row.waves <= M, what .. ": waves " .. row.waves)
+      assert(staged.waves > 0 and staged.waves <= M, what .. ": staged's waves " .. staged.waves)
+      local function want(max)
+        return (row.waves > 1 and row.waves <= max and staged.waves <= 1) and "staged" or "row"
+      end
+      picked[want(max_waves)] = true
+      assert.are.equal("add_rmsnorm.fwd." .. want(max_waves), nl.resolve("add_rmsnorm.fwd.auto", args),
+        what .. ": row takes " .. row.waves .. " waves, staged " .. staged.waves)
+      assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", plain), what)
+      with_settings({["add_rmsnorm.fwd.staged_max_waves"] = 0}, function()
+        assert.are.equal("add_rmsnorm.fwd.row", nl.resolve("add_rmsnorm.fwd.auto", args), what)
+      end)
+      with_settings({["add_rmsnorm.fwd.staged_max_waves"] = 64}, function()
+        assert.are.equal("add_rmsnorm.fwd." .. want(64), nl.resolve("add_rmsnorm.fwd.auto", args), what)
+      end)
+      local y8, scale = cuda:empty({M, N}, "fp8e4m3"), cuda:full({1}, 1)
+      local fp8 = {x = x, w = w, y = y8, scale = scale, residual = res, residual_out = ro, eps = 1e-6}
+      assert.are.equal("add_rmsnorm.fwd.row", nl.resolve("add_rmsnorm.fwd.auto", fp8), what .. " fp8 y")
+      free(x, res, w, y, ro, rstd, y8, scale)
+    end
+    if cuda.info.name:match("H[12]00") then
+      assert(picked.row and picked.staged, "the shapes should fall on both sides of the rule")
+    end
+  end)
+
   it_cuda("auto backward: row_max_n, blockrow and narrow bands, fp32 partials up to fp32_partials_max_n (16-byte rows), reductions steer it, LayerNorm's twins", function()
     -- what the op's auto backward (RMSNorm's unless op says) picks at M x N
     local function pick(M, N, dtype, reduce, op)

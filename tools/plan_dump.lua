@@ -1,5 +1,5 @@
 -- plan_dump.lua: what every CUDA variant plans (run info: the variant auto resolved to, grid,
--- block, cluster, workspace, and the kernel where the build reports it) over a grid of
+-- block, cluster, waves, workspace, and the kernel where the build reports it) over a grid of
 -- shapes, dtypes, weights, ops, reductions and settings, one line per launch, so that two
 -- builds' planners can be compared line by line after a change to the planning code:
 --
@@ -60,8 +60,8 @@ local function settings_label(s)
 end
 
 local function emit(label, info)
-  io.write(string.format("%s -> %s grid=%d block=%d cluster=%d ws=%d%s\n", label, info.variant,
-    info.grid, info.block, info.cluster, info.workspace_bytes,
+  io.write(string.format("%s -> %s grid=%d block=%d cluster=%d waves=%.3f ws=%d%s\n", label, info.variant,
+    info.grid, info.block, info.cluster, info.waves, info.workspace_bytes,
     (no_kernel or not info.kernel) and "" or (" " .. info.kernel)))
 end
 

@@ -199,6 +199,8 @@ typedef struct nl_run_info {
   int32_t transpose;      /* how yt was written (nl_transpose), 0 when there is no yt */
   char scaling[48];       /* fp8 y: "delayed", "current: two passes" (an amax pass, then y) or
                            * "current: grid barrier" (one persistent kernel); "" otherwise */
+  double waves;           /* CUDA: the main kernel's grid over the CTAs of it the GPU holds at once
+                           * (SMs x the occupancy API's CTAs per SM): up to 1, one wave; CPU: 0 */
 } nl_run_info;
 
 typedef struct nl_bench_opts {

@@ -1254,6 +1254,8 @@ int run(nlk_norm *k, Strategy s)
   k->block = p.c.block;
   k->cluster_dim = p.cluster;
   k->kernel = p.kernel;
+  k->resident = p.rows == Rows::SPLIT ? occupancy(k, p.kernel, SPLIT_BLOCK, 0)
+                                      : occupancy(k, p.kernel, p.c.block, p.smem);
   void *args[] = {&a};
   if (p.fused)
     rc = cuda_result(k, cudaLaunchCooperativeKernel(p.kernel, dim3((unsigned)p.c.grid),

@@ -28,6 +28,8 @@
  * translation units CMake generates from instances.cu.in, once per dtype, pack width and norm
  * for the kernels (NLK_INSTANCE), so that a build runs them in parallel.
  */
+#include <cstring>
+
 #include "device.cuh"
 #include "nlk_cuda.h"
 #include "plan.cuh"
@@ -1409,22 +1411,26 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
  * cleared first (clear_amax); current scaling launches the kernel twice, for amax (storing
  * nothing), then for y with the scale from it (the inputs read twice: extra_bytes). */
 template <typename T>
+int64_t grid_of(const nlk_norm *k, const FwdPlan &p)
+{
+  if (p.rows == Rows::SLAB)
+    return (k->M + p.slab_rows - 1) / p.slab_rows * p.cluster;
+  const int64_t per_cta = rows_per_cta(p.c), groups = (k->M + per_cta - 1) / per_cta;
+  if (p.rows != Rows::STRIDE && p.rows != Rows::LOOP)
+    return groups;
+  const int want = p.rows == Rows::STRIDE ? k->fwd.ctas_per_sm : k->fwd.loop_ctas_per_sm;
+  const int per_sm = want > 0 ? want : occupancy(k, p.kernel, p.c.block, p.smem);
+  const int64_t grid = (int64_t)k->sm_count * per_sm;
+  return grid < groups ? grid : groups;
+}
+
+template <typename T>
 int run(nlk_norm *k, const Candidates &cands)
 {
   FwdPlan p;
   if (!first_fit(cands, [&](Candidate c) { return fit<T>(k, c.rows, &p); }))
     return NLK_ERR_UNSUPPORTED;
-  const int64_t per_cta = rows_per_cta(p.c), groups = (k->M + per_cta - 1) / per_cta;
-  int64_t grid = groups;
-  if (p.rows == Rows::STRIDE || p.rows == Rows::LOOP) {
-    const int want = p.rows == Rows::STRIDE ? k->fwd.ctas_per_sm : k->fwd.loop_ctas_per_sm;
-    const int per_sm = want > 0 ? want : occupancy(k, p.kernel, p.c.block, p.smem);
-    grid = (int64_t)k->sm_count * per_sm;
-    if (grid > groups)
-      grid = groups;
-  }
-  if (p.rows == Rows::SLAB)
-    grid = (k->M + p.slab_rows - 1) / p.slab_rows * p.cluster;
+  const int64_t grid = grid_of<T>(k, p);
   const bool ln = norm_of(k) == Norm::LN;
   /* one row: its stride is never used (and may be wider than int32) */
   auto stride = [k](int64_t s) { return k->M > 1 ? (int32_t)s : 0; };
@@ -1443,6 +1449,7 @@ int run(nlk_norm *k, const Candidates &cands)
   k->block = p.c.block;
   k->cluster_dim = p.cluster;
   k->kernel = p.kernel;
+  k->resident = occupancy(k, p.kernel, p.c.block, p.smem);
   void *args[] = {&a, &o};
   if (o.amax) {
     const cudaError_t e = clear_amax(k);
@@ -1466,21 +1473,29 @@ int launch(nlk_norm *k, const Candidates &cands)
   return with_dtype(k->dt, [&](auto t) { return run<decltype(t)>(k, cands); });
 }
 
-int launch_row(nlk_norm *k)
+/* Each strategy's row mappings, the first that fits taken. */
+Candidates row_rows() { return Candidates().add(Rows::SKEW).add(Rows::CTA).add(Rows::LOOP); }
+Candidates blockrow_rows() { return Candidates().add(Rows::WARP); }
+Candidates persistent_rows() { return Candidates().add(Rows::STRIDE).add(Rows::GROUPS).add(Rows::LOOP); }
+Candidates staged_rows() { return Candidates().add(Rows::STAGED); }
+Candidates slab_rows() { return Candidates().add(Rows::SLAB); }
+
+int launch_row(nlk_norm *k) { return launch(k, row_rows()); }
+int launch_blockrow(nlk_norm *k) { return launch(k, blockrow_rows()); }
+int launch_persistent(nlk_norm *k) { return launch(k, persistent_rows()); }
+int launch_staged(nlk_norm *k) { return launch(k, staged_rows()); }
+int launch_slab(nlk_norm *k) { return launch(k, slab_rows()); }
+
+/* The waves of CTAs a plan's grid takes: its CTAs over those the GPU holds at once. */
+template <typename T>
+double waves(const nlk_norm *k, const Candidates &cands)
 {
-  return launch(k, Candidates().add(Rows::SKEW).add(Rows::CTA).add(Rows::LOOP));
+  FwdPlan p;
+  if (!first_fit(cands, [&](Candidate c) { return fit<T>(k, c.rows, &p); }))
+    return 0;
+  const int per_sm = occupancy(k, p.kernel, p.c.block, p.smem);
+  return (double)grid_of<T>(k, p) / ((double)k->sm_count * (per_sm > 0 ? per_sm : 1));
 }
-
-int launch_blockrow(nlk_norm *k) { return launch(k, Candidates().add(Rows::WARP)); }
-
-int launch_persistent(nlk_norm *k)
-{
-  return launch(k, Candidates().add(Rows::STRIDE).add(Rows::GROUPS).add(Rows::LOOP));
-}
-
-int launch_staged(nlk_norm *k) { return launch(k, Candidates().add(Rows::STAGED)); }
-
-int launch_slab(nlk_norm *k) { return launch(k, Candidates().add(Rows::SLAB)); }
 
 int slab_supports(const nlk_norm *k, char *why, size_t cap)
 {
@@ -1519,6 +1534,22 @@ int fwd_supports(const nlk_norm *k, char *why, size_t cap)
 } // namespace nlk
 
 #ifndef NLK_INSTANCE
+
+extern "C" double nlk_cuda_fwd_waves(const nlk_norm *k, const char *strategy)
+{
+  using namespace nlk;
+  const struct { const char *name; Candidates (*rows)(); } strategies[] = {
+    {"row", row_rows}, {"blockrow", blockrow_rows}, {"persistent", persistent_rows},
+    {"staged", staged_rows}, {"slab", slab_rows}};
+  double w = 0;
+  for (const auto &s : strategies)
+    if (!strcmp(s.name, strategy))
+      with_dtype(k->dt, [&](auto t) {
+        w = waves<decltype(t)>(k, s.rows());
+        return NLK_OK;
+      });
+  return w;
+}
 
 extern "C" const nlk_strategy nlk_cuda_fwd[] = {
   {"row", NLK_FWD, nlk::launch_row, NULL, nlk::fwd_supports<nlk::max_n_supports>},

@@ -356,6 +356,7 @@ int launch_tr(nlk_norm *k, const void *kern, dim3 grid, size_t smem, TrArgs &a)
   k->grid = (int32_t)(grid.x * grid.y);
   k->block = TR_THREADS;
   k->kernel = kern;
+  k->resident = occupancy(k, kern, TR_THREADS, smem);
   return cuda_result(k, cudaLaunchKernel(kern, grid, TR_THREADS, args, smem, (cudaStream_t)k->stream));
 }
 

@@ -373,7 +373,7 @@ local function measure_as(p, cell, variant, bufs, row, name)
   row.bytes, row.extra_bytes = info.bytes, info.extra_bytes
   row.pct = roof > 0 and 100 * b.gbps / roof or nil
   row.deterministic, row.reduce = info.deterministic, info.reduce
-  row.grid, row.block, row.cluster = info.grid, info.block, info.cluster
+  row.grid, row.block, row.cluster, row.waves = info.grid, info.block, info.cluster, info.waves
   if info.transpose ~= "none" then
     row.transpose = info.transpose
   end

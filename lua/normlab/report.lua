@@ -519,7 +519,7 @@ end
 local CSV_FIELDS = {"op", "pass", "variant", "resolved", "device", "device_name",
   "roofline_gbps", "M", "N", "dtype", "status", "reason", "ms", "min_ms", "max_ms", "gbps",
   "extra_gbps", "pct", "bytes", "extra_bytes", "deterministic", "reduce", "grid", "block",
-  "cluster", "sets", "footprint_bytes", "target_bytes"}
+  "cluster", "waves", "sets", "footprint_bytes", "target_bytes"}
 local CHECK_FIELDS = {"ok", "n_bad", "max_abs", "max_rel", "ulp_p50", "ulp_p99", "ulp_max"}
 
 local function csv_field(v)
