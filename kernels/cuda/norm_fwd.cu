@@ -1404,13 +1404,10 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
   return true;
 }
 
-/* Plans the first of `cands` that fits and launches it: one-row mappings take a CTA per row
- * group, STRIDE and LOOP as many CTAs as the GPU holds at once (or the settings' count per
- * SM: the looping kernel re-reads each row in its second pass, from L2 while the rows in
- * flight fit it, so fewer CTAs than fit can be faster), STAGED a CTA per row. An fp8 y: amax
- * cleared first (clear_amax); current scaling launches the kernel twice, for amax (storing
- * nothing), then for y with the scale from it (the inputs read twice: extra_bytes). */
-template <typename T>
+/* The plan's grid: one-row mappings a CTA per row group, STAGED a CTA per row, STRIDE and LOOP
+ * as many CTAs as the GPU holds at once (or the settings' count per SM: the looping kernel
+ * re-reads each row in its second pass, from L2 while the rows in flight fit it, so fewer CTAs
+ * than fit can be faster), SLAB a cluster per block of rows. */
 int64_t grid_of(const nlk_norm *k, const FwdPlan &p)
 {
   if (p.rows == Rows::SLAB)
@@ -1424,13 +1421,16 @@ int64_t grid_of(const nlk_norm *k, const FwdPlan &p)
   return grid < groups ? grid : groups;
 }
 
+/* Plans the first of `cands` that fits and launches it on grid_of's grid. An fp8 y: amax
+ * cleared first (clear_amax); current scaling launches the kernel twice, for amax (storing
+ * nothing), then for y with the scale from it (the inputs read twice: extra_bytes). */
 template <typename T>
 int run(nlk_norm *k, const Candidates &cands)
 {
   FwdPlan p;
   if (!first_fit(cands, [&](Candidate c) { return fit<T>(k, c.rows, &p); }))
     return NLK_ERR_UNSUPPORTED;
-  const int64_t grid = grid_of<T>(k, p);
+  const int64_t grid = grid_of(k, p);
   const bool ln = norm_of(k) == Norm::LN;
   /* one row: its stride is never used (and may be wider than int32) */
   auto stride = [k](int64_t s) { return k->M > 1 ? (int32_t)s : 0; };
@@ -1494,7 +1494,7 @@ double waves(const nlk_norm *k, const Candidates &cands)
   if (!first_fit(cands, [&](Candidate c) { return fit<T>(k, c.rows, &p); }))
     return 0;
   const int per_sm = occupancy(k, p.kernel, p.c.block, p.smem);
-  return (double)grid_of<T>(k, p) / ((double)k->sm_count * (per_sm > 0 ? per_sm : 1));
+  return (double)grid_of(k, p) / ((double)k->sm_count * (per_sm > 0 ? per_sm : 1));
 }
 
 int slab_supports(const nlk_norm *k, char *why, size_t cap)
