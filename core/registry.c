@@ -644,8 +644,7 @@ void nl__plan_info(const nl_plan *plan, nl_run_info *info)
   info->grid = plan->k.grid;
   info->block = plan->k.block;
   info->cluster = plan->k.cluster_dim;
-  if (plan->k.resident > 0 && plan->k.sm_count > 0)
-    info->waves = (double)plan->k.grid / ((double)plan->k.sm_count * plan->k.resident);
+  info->waves = nlk_waves(plan->k.grid, plan->k.sm_count, plan->k.resident);
   info->bytes = plan->bytes;
   info->workspace_bytes = (int64_t)plan->k.ws_bytes;
   info->extra_bytes = 2 * (int64_t)plan->k.ws_bytes + plan->k.extra_bytes;

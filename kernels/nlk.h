@@ -184,6 +184,13 @@ static inline const char *nlk_dtype_name(int32_t dt)
 
 static inline int nlk_is_fp8(int32_t dt) { return dt == NLK_F8E4M3 || dt == NLK_F8E5M2; }
 
+/* The waves of CTAs a grid takes on sm_count SMs that hold `resident` of its CTAs each: run
+ * info's waves, and what the CUDA forward's plans report to the resolvers (0: not known). */
+static inline double nlk_waves(int64_t grid, int32_t sm_count, int32_t resident)
+{
+  return resident > 0 && sm_count > 0 ? (double)grid / ((double)sm_count * resident) : 0;
+}
+
 /* The largest finite value of an fp8 dtype. */
 static inline float nlk_fp8_max(int32_t dt) { return dt == NLK_F8E4M3 ? 448.0f : 57344.0f; }
 

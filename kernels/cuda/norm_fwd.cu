@@ -1421,6 +1421,13 @@ int64_t grid_of(const nlk_norm *k, const FwdPlan &p)
   return grid < groups ? grid : groups;
 }
 
+/* The first of `cands` that fits, planned into p. */
+template <typename T>
+bool plan(const nlk_norm *k, const Candidates &cands, FwdPlan *p)
+{
+  return first_fit(cands, [&](Candidate c) { return fit<T>(k, c.rows, p); });
+}
+
 /* Plans the first of `cands` that fits and launches it on grid_of's grid. An fp8 y: amax
  * cleared first (clear_amax); current scaling launches the kernel twice, for amax (storing
  * nothing), then for y with the scale from it (the inputs read twice: extra_bytes). */
@@ -1428,7 +1435,7 @@ template <typename T>
 int run(nlk_norm *k, const Candidates &cands)
 {
   FwdPlan p;
-  if (!first_fit(cands, [&](Candidate c) { return fit<T>(k, c.rows, &p); }))
+  if (!plan<T>(k, cands, &p))
     return NLK_ERR_UNSUPPORTED;
   const int64_t grid = grid_of(k, p);
   const bool ln = norm_of(k) == Norm::LN;
@@ -1486,15 +1493,15 @@ int launch_persistent(nlk_norm *k) { return launch(k, persistent_rows()); }
 int launch_staged(nlk_norm *k) { return launch(k, staged_rows()); }
 int launch_slab(nlk_norm *k) { return launch(k, slab_rows()); }
 
-/* The waves of CTAs a plan's grid takes: its CTAs over those the GPU holds at once. */
+/* The waves of CTAs the first of `cands` that fits takes (0 where none fits). */
 template <typename T>
 double waves(const nlk_norm *k, const Candidates &cands)
 {
   FwdPlan p;
-  if (!first_fit(cands, [&](Candidate c) { return fit<T>(k, c.rows, &p); }))
+  if (!plan<T>(k, cands, &p))
     return 0;
   const int per_sm = occupancy(k, p.kernel, p.c.block, p.smem);
-  return (double)grid_of(k, p) / ((double)k->sm_count * (per_sm > 0 ? per_sm : 1));
+  return nlk_waves(grid_of(k, p), k->sm_count, per_sm > 0 ? per_sm : 1);
 }
 
 int slab_supports(const nlk_norm *k, char *why, size_t cap)
