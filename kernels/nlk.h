@@ -54,6 +54,7 @@ typedef struct nlk_fwd_tune {
   int32_t one_wave_min_block; /* row: those doublings stop before CTAs of fewer threads */
   int64_t early_weight_max_n; /* one-row kernels: the weight loaded with x up to this N */
   int64_t reload_min_n;       /* one-row kernels: x read twice from this N (0: never) */
+  int64_t reload_min_m;       /* ... and from this M */
   int64_t skew_wide_n;        /* the same cut rows: 8 packs per thread from this N (0: never) */
   int64_t blockrow_group_min_m; /* blockrow: blockrow_group from this many rows */
 } nlk_fwd_tune;

@@ -18,8 +18,9 @@
  * In the one-row kernels a thread holds its packs of x in registers across the row's
  * reduction, so x is read once; RMSNorm's, up to rmsnorm.fwd.early_weight_max_n columns, load the
  * weight with x (grids of about one wave otherwise wait on the weight all at once, after
- * the reduction), and from rmsnorm.fwd.reload_min_n hold nothing and read x twice, the
- * second time from L1, which fits more CTAs per SM. Outputs leave through streaming stores,
+ * the reduction), and from rmsnorm.fwd.reload_min_n columns and reload_min_m rows hold
+ * nothing and read x twice, the second time from L1, which fits more CTAs per SM (a grid of
+ * a few waves gains nothing from that and pays the second read). Outputs leave through streaming stores,
  * but for an fp8 y that the core's external transpose reads next (FwdOut.keep_y: L2 keeps it).
  * The rmsnorm.fwd.* settings steer LayerNorm's kernels too. With RMSNorm's llama casting and 16-bit weights of x's dtype, y is one packed multiply per two
  * elements. Packs are 16 bytes when N, strides and pointers allow, single elements otherwise.
@@ -1219,7 +1220,7 @@ Hold hold_of(const nlk_norm *k)
 {
   if (k->res || norm_of(k) == Norm::LN || out_of(k) != Out::PLAIN)
     return Hold::X;
-  if (k->fwd.reload_min_n > 0 && k->N >= k->fwd.reload_min_n)
+  if (k->fwd.reload_min_n > 0 && k->N >= k->fwd.reload_min_n && k->M >= k->fwd.reload_min_m)
     return Hold::RELOAD;
   return k->N <= k->fwd.early_weight_max_n ? Hold::EARLY_W : Hold::X;
 }
