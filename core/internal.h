@@ -33,7 +33,8 @@ typedef struct nl_knobs {
   } rms_fwd;
   /* LayerNorm's twins of rms_fwd's, where its best value differs */
   struct {
-    int64_t row_min_n, staged_min_n, persistent_max_m;
+    int64_t row_min_n, narrow_min_m, persistent_max_m;
+    double staged_min_waves;
   } ln_fwd;
   /* add_rmsnorm's */
   struct {

@@ -36,32 +36,40 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
  * hundred it leaves the SMs idle); then persistent for up to persistent_max_m rows from
  * persistent_min_n columns below staged_min_n (a few wide rows, where it led row on an H100
  * and an H200; wider rows that staged cannot hold take row's looping kernel), row
- * otherwise. LayerNorm takes its own row_min_n, staged_min_n and persistent_max_m
- * (layernorm.fwd.*: its two passes make the row kernel issue-bound sooner, and its
- * persistent kernel lost the few wide rows to row), add_rmsnorm its own blockrow_max_n
- * (add_rmsnorm.fwd.*: the residual's packs), and for a y in x's dtype staged instead of
- * row where row's CTAs need more than one wave and at most add_rmsnorm.fwd.staged_max_waves
- * while staged's fit one (the residual's registers leave row's one-wave doublings short
- * there, and a CTA per row lives about two round trips; staged holds no row in registers,
- * but wide fp32 rows fill its shared memory).
+ * otherwise. LayerNorm takes its own narrow_min_m, row_min_n (from blockrow_min_m rows) and
+ * persistent_max_m (layernorm.fwd.*: its two passes make the row kernel issue-bound sooner
+ * with many rows, and its persistent kernel lost the few wide rows to row), and, y in x's
+ * dtype, staged where row's CTAs need at least layernorm.fwd.staged_min_waves waves (staged
+ * holds no row in registers: more rows in flight per SM, which only a grid of several waves
+ * uses). add_rmsnorm takes its own blockrow_max_n (add_rmsnorm.fwd.*: the residual's packs),
+ * and for a y in x's dtype staged instead of row where row's CTAs need more than one wave and
+ * at most add_rmsnorm.fwd.staged_max_waves while staged's fit one (the residual's registers
+ * leave row's one-wave doublings short there, and a CTA per row lives about two round trips;
+ * wide fp32 rows fill staged's shared memory).
  * The thresholds come from the H100 and H200 crossovers (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
   const int ln = k->op == NLK_LAYERNORM;
-  const int64_t staged_min_n = ln ? kn->ln_fwd.staged_min_n : kn->rms_fwd.staged_min_n;
-  const int64_t row_min_n = ln ? kn->ln_fwd.row_min_n : kn->rms_fwd.row_min_n;
+  const int64_t row_min_n =
+      ln && k->M >= kn->rms_fwd.blockrow_min_m ? kn->ln_fwd.row_min_n : kn->rms_fwd.row_min_n;
+  const int64_t narrow_min_m = ln ? kn->ln_fwd.narrow_min_m : kn->rms_fwd.narrow_min_m;
   const int64_t persistent_max_m = ln ? kn->ln_fwd.persistent_max_m : kn->rms_fwd.persistent_max_m;
   const int64_t blockrow_max_n =
       k->op == NLK_ADD_RMSNORM ? kn->add_fwd.blockrow_max_n : kn->rms_fwd.blockrow_max_n;
-  if (k->N >= staged_min_n && nl__fits(NL_CUDA, NL_FWD, "staged", k))
+  const int plain_y = !nlk_is_fp8(k->ydt) && !k->yt;
+  if (k->N >= kn->rms_fwd.staged_min_n && nl__fits(NL_CUDA, NL_FWD, "staged", k))
     return "staged";
-  const int narrow = k->N < row_min_n && k->M >= kn->rms_fwd.narrow_min_m;
+  const int narrow = k->N < row_min_n && k->M >= narrow_min_m;
   if ((narrow || (k->M >= kn->rms_fwd.blockrow_min_m && k->M <= kn->rms_fwd.blockrow_max_m)) &&
       k->N <= blockrow_max_n && nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
     return "blockrow";
-  if (k->M <= persistent_max_m && k->N >= kn->rms_fwd.persistent_min_n && k->N < staged_min_n)
+  if (k->M <= persistent_max_m && k->N >= kn->rms_fwd.persistent_min_n &&
+      k->N < kn->rms_fwd.staged_min_n)
     return "persistent";
-  if (k->op == NLK_ADD_RMSNORM && kn->add_fwd.staged_max_waves > 0 && !nlk_is_fp8(k->ydt) && !k->yt &&
+  if (ln && kn->ln_fwd.staged_min_waves > 0 && plain_y && nl__fits(NL_CUDA, NL_FWD, "staged", k) &&
+      nlk_cuda_fwd_waves(k, "row") >= kn->ln_fwd.staged_min_waves)
+    return "staged";
+  if (k->op == NLK_ADD_RMSNORM && kn->add_fwd.staged_max_waves > 0 && plain_y &&
       nl__fits(NL_CUDA, NL_FWD, "staged", k)) {
     const double waves = nlk_cuda_fwd_waves(k, "row");
     if (waves > 1 && waves <= kn->add_fwd.staged_max_waves && nlk_cuda_fwd_waves(k, "staged") <= 1)
@@ -156,10 +164,12 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "rmsnorm.fwd.blockrow_max_m (below rmsnorm.fwd.row_min_n columns from "                     \
       "rmsnorm.fwd.narrow_min_m rows whatever M), persistent for M <= "                           \
       "rmsnorm.fwd.persistent_max_m from rmsnorm.fwd.persistent_min_n columns, row otherwise "    \
-      "(LayerNorm: layernorm.fwd.staged_min_n, row_min_n and persistent_max_m; add_rmsnorm: "     \
-      "add_rmsnorm.fwd.blockrow_max_n)", AUTO_LIMITS),                                            \
+      "(LayerNorm: layernorm.fwd.narrow_min_m, row_min_n, persistent_max_m, and staged from "     \
+      "layernorm.fwd.staged_min_waves of row's waves; add_rmsnorm: "                              \
+      "add_rmsnorm.fwd.blockrow_max_n, staged up to add_rmsnorm.fwd.staged_max_waves)",           \
+      AUTO_LIMITS),                                                                               \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \
-      "fp32 temp and a column-reduce kernel (the old design)", LIMITS),                           \
+      "fp32 temp and a column-reduce kernel (the old design)", LIMITS),                            \
   BWD(O, OP, "blockrow", PARTIALS | ATOMIC, NL_REDUCE_PARTIALS, NULL, "a warp or less per row, "  \
       "rmsnorm.bwd.blockrow_block threads per CTA; (CTAs x N) fp32 partials + reduce kernel",     \
       BR_LIMITS),                                                                                 \

@@ -446,8 +446,8 @@ describe("CUDA ops #cuda", function()
     end)
   end)
 
-  it_cuda("x read twice in the one-row forward kernels (reload_min_n)", function()
-    with_settings({["rmsnorm.fwd.reload_min_n"] = 1}, function()
+  it_cuda("x read twice in the one-row forward kernels (reload_min_n, reload_min_m)", function()
+    with_settings({["rmsnorm.fwd.reload_min_n"] = 1, ["rmsnorm.fwd.reload_min_m"] = 1}, function()
       check_weight_grid({"bf16", "fp16", "fp32"}, {{37, 1024}, {199, 8192}, {4099, 512}, {7, 1023}},
         {"x", "fp32", "none"}, {"llama", "gemma", "none"}, function(s) return s[1] == 37 end)
     end)
@@ -596,7 +596,7 @@ describe("CUDA ops #cuda", function()
             assert(k:match("^fwd_loop<"), label(p, "row", "fwd") .. ": " .. k)
           end
           -- y at other offsets than x (one more element a row): a one-element kernel (the
-          -- reloading one from rmsnorm.fwd.reload_min_n columns, 4096 on the H200)
+          -- reloading one from rmsnorm.fwd.reload_min_n columns and reload_min_m rows on the H200)
           if s[2] > 1 and s[2] <= 8191 then
             k = run_row(p, stride, s[2] + (s[3] or 0) + 1)
             assert(k:match("^fwd_one<[^,]+, 1,") or k:match("^fwd_reload<[^,]+, 1,"),
@@ -736,7 +736,7 @@ describe("CUDA ops #cuda", function()
               ["rmsnorm.bwd.grid_sms"] = (items + block) % 3 * 7,
               ["rmsnorm.fwd.early_weight_max_n"] = (items + block + 1) % 2 * 2 ^ 24,
               ["rmsnorm.fwd.staged_items"] = block == 1024 and 64 or items,
-              ["rmsnorm.fwd.reload_min_n"] = (items + block / 32) % 2,
+              ["rmsnorm.fwd.reload_min_n"] = (items + block / 32) % 2, ["rmsnorm.fwd.reload_min_m"] = 1,
               ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2,
               ["rmsnorm.fwd.blockrow_block"] = block,
               ["rmsnorm.fwd.blockrow_items"] = items,
@@ -896,34 +896,47 @@ describe("CUDA ops #cuda", function()
     with_settings({["rmsnorm.fwd.staged_min_n"] = 1025}, function()
       assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
     end)
-    -- LayerNorm follows its twins of staged_min_n and row_min_n, RMSNorm does not
+    -- LayerNorm takes RMSNorm's staged_min_n, and staged from layernorm.fwd.staged_min_waves
+    -- of row's waves (any waves > 0 with a tiny setting), RMSNorm never
     local m, r = cuda:empty({64}, "fp32"), cuda:empty({64}, "fp32")
     local ln = {x = x, y = y, mean = m, rstd = r, eps = 1e-5}
-    with_settings({["layernorm.fwd.staged_min_n"] = 1024, ["rmsnorm.fwd.staged_min_n"] = 1025}, function()
+    with_settings({["rmsnorm.fwd.staged_min_n"] = 1024, ["layernorm.fwd.staged_min_waves"] = 0}, function()
+      assert.are.equal("layernorm.fwd.staged", nl.resolve("layernorm.fwd.auto", ln))
+    end)
+    with_settings({["rmsnorm.fwd.staged_min_n"] = 1025, ["layernorm.fwd.staged_min_waves"] = 0}, function()
+      assert.are.equal("layernorm.fwd.row", nl.resolve("layernorm.fwd.auto", ln))
+    end)
+    with_settings({["rmsnorm.fwd.staged_min_n"] = 1025, ["layernorm.fwd.staged_min_waves"] = 1e-6}, function()
       assert.are.equal("layernorm.fwd.staged", nl.resolve("layernorm.fwd.auto", ln))
       assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
-    end)
-    with_settings({["layernorm.fwd.staged_min_n"] = 1025, ["rmsnorm.fwd.staged_min_n"] = 1024}, function()
-      assert.are.equal("layernorm.fwd.row", nl.resolve("layernorm.fwd.auto", ln))
     end)
     -- and its twin of persistent_max_m
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.persistent_min_n"] = 1024,
       ["rmsnorm.fwd.persistent_max_m"] = 64, ["layernorm.fwd.persistent_max_m"] = 0,
-      ["layernorm.fwd.staged_min_n"] = 2 ^ 24, ["layernorm.fwd.row_min_n"] = 1024}, function()
+      ["rmsnorm.fwd.staged_min_n"] = 2 ^ 24, ["layernorm.fwd.staged_min_waves"] = 0}, function()
         assert.are.equal("layernorm.fwd.row", nl.resolve("layernorm.fwd.auto", ln))
         assert.are.equal("rmsnorm.fwd.persistent", nl.resolve("rmsnorm.fwd.auto", args))
       end)
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 512, ["rmsnorm.fwd.persistent_min_n"] = 1024,
       ["rmsnorm.fwd.persistent_max_m"] = 0, ["layernorm.fwd.persistent_max_m"] = 64,
-      ["layernorm.fwd.staged_min_n"] = 2 ^ 24, ["layernorm.fwd.row_min_n"] = 1024}, function()
+      ["rmsnorm.fwd.staged_min_n"] = 2 ^ 24}, function()
         assert.are.equal("layernorm.fwd.persistent", nl.resolve("layernorm.fwd.auto", ln))
       end)
-    with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63,
-      ["rmsnorm.fwd.narrow_min_m"] = 64, ["layernorm.fwd.staged_min_n"] = 2 ^ 24,
-      ["layernorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.row_min_n"] = 1024}, function()
-        assert.are.equal("layernorm.fwd.blockrow", nl.resolve("layernorm.fwd.auto", ln))
-        assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+    -- and its twins of narrow_min_m and, from blockrow_min_m rows, row_min_n
+    local narrow = {["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63,
+      ["rmsnorm.fwd.blockrow_min_m"] = 64, ["rmsnorm.fwd.narrow_min_m"] = 64,
+      ["layernorm.fwd.narrow_min_m"] = 64, ["layernorm.fwd.staged_min_waves"] = 0,
+      ["layernorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.row_min_n"] = 1024}
+    with_settings(narrow, function()
+      assert.are.equal("layernorm.fwd.blockrow", nl.resolve("layernorm.fwd.auto", ln))
+      assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+      with_settings({["layernorm.fwd.narrow_min_m"] = 65}, function()
+        assert.are.equal("layernorm.fwd.row", nl.resolve("layernorm.fwd.auto", ln))
       end)
+      with_settings({["rmsnorm.fwd.blockrow_min_m"] = 65}, function()
+        assert.are.equal("layernorm.fwd.row", nl.resolve("layernorm.fwd.auto", ln))
+      end)
+    end)
     free(m, r)
     -- add_rmsnorm follows its twin of blockrow_max_n
     local res, ro = cuda:randn({64, 1024}, "bf16", {seed = 4}), cuda:empty({64, 1024}, "bf16")
@@ -984,6 +997,43 @@ describe("CUDA ops #cuda", function()
       local fp8 = {x = x, w = w, y = y8, scale = scale, residual = res, residual_out = ro, eps = 1e-6}
       assert.are.equal("add_rmsnorm.fwd.row", nl.resolve("add_rmsnorm.fwd.auto", fp8), what .. " fp8 y")
       free(x, res, w, y, ro, rstd, y8, scale)
+    end
+    if cuda.info.name:match("H[12]00") then
+      assert(picked.row and picked.staged, "the shapes should fall on both sides of the rule")
+    end
+  end)
+
+  -- LayerNorm's auto forward takes staged, below rmsnorm.fwd.staged_min_n columns and past
+  -- blockrow's bands, where row's CTAs need at least layernorm.fwd.staged_min_waves waves (the
+  -- resolver counts them as row's run info does), row below, with the setting at 0 and for an
+  -- fp8 y; 3 waves falls between these shapes on a GPU of 132 SMs (docs/kernels.md,
+  -- "LayerNorm's dispatch twins").
+  it_cuda("auto layernorm forward: staged from staged_min_waves waves of row's CTAs", function()
+    local picked = {}
+    for _, s in ipairs({{128, 4096}, {1024, 3072}, {1024, 12288}, {1024, 16384}, {4096, 3072},
+      {16384, 4096}, {16384, 8192}}) do
+      local M, N = s[1], s[2]
+      local x, w, b = cuda:randn({M, N}, "bf16", {seed = 5}), cuda:randn({N}, "bf16", {seed = 6}),
+        cuda:randn({N}, "bf16", {seed = 7})
+      local y, mean, rstd = cuda:empty({M, N}, "bf16"), cuda:empty({M}, "fp32"), cuda:empty({M}, "fp32")
+      local args = {x = x, w = w, b = b, y = y, mean = mean, rstd = rstd, eps = 1e-5}
+      local what = M .. " x " .. N
+      local row = nl.run("layernorm.fwd.row", args)
+      assert(row.waves > 0 and row.waves <= M, what .. ": waves " .. row.waves)
+      for _, min_waves in ipairs({nl.get("layernorm.fwd.staged_min_waves"), 3, 0}) do
+        local want = (min_waves > 0 and row.waves >= min_waves) and "staged" or "row"
+        if min_waves == 3 then picked[want] = true end
+        with_settings({["layernorm.fwd.staged_min_waves"] = min_waves}, function()
+          assert.are.equal("layernorm.fwd." .. want, nl.resolve("layernorm.fwd.auto", args),
+            what .. ": row takes " .. row.waves .. " waves, staged_min_waves " .. min_waves)
+        end)
+      end
+      local y8, scale = cuda:empty({M, N}, "fp8e4m3"), cuda:full({1}, 1)
+      local fp8 = {x = x, w = w, b = b, y = y8, scale = scale, mean = mean, rstd = rstd, eps = 1e-5}
+      with_settings({["layernorm.fwd.staged_min_waves"] = 3}, function()
+        assert.are.equal("layernorm.fwd.row", nl.resolve("layernorm.fwd.auto", fp8), what .. " fp8 y")
+      end)
+      free(x, w, b, y, mean, rstd, y8, scale)
     end
     if cuda.info.name:match("H[12]00") then
       assert(picked.row and picked.staged, "the shapes should fall on both sides of the rule")

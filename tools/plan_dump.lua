@@ -19,7 +19,7 @@ local SETTINGS = {
   {},
   {["rmsnorm.fwd.items"] = 0}, {["rmsnorm.fwd.items"] = 1}, {["rmsnorm.fwd.items"] = 8},
   {["rmsnorm.fwd.stages"] = 2, ["rmsnorm.fwd.block"] = 256},
-  {["rmsnorm.fwd.early_weight_max_n"] = 0, ["rmsnorm.fwd.reload_min_n"] = 1},
+  {["rmsnorm.fwd.early_weight_max_n"] = 0, ["rmsnorm.fwd.reload_min_n"] = 1, ["rmsnorm.fwd.reload_min_m"] = 1},
   {["rmsnorm.fwd.ctas_per_sm"] = 2, ["rmsnorm.fwd.loop_ctas_per_sm"] = 3},
   {["rmsnorm.fwd.skew_items"] = 1, ["rmsnorm.fwd.skew_wide_n"] = 0},
   {["rmsnorm.bwd.items"] = 1}, {["rmsnorm.bwd.items"] = 8},

@@ -24,12 +24,19 @@ local function strategies(op, pass)
   end
   return list
 end
--- Every shape, then two of them again with programmatic dependent launch (cuda.pdl).
+-- Every shape, then two of them again with programmatic dependent launch (cuda.pdl), then
+-- two with RMSNorm's one-row kernels reading x twice (fwd_reload; by default only from 4096
+-- columns and rows on an H200, never on an H100).
 local passes = {{pdl = 0, shapes = {{3, 7}, {37, 64}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 8191}, {3, 40000}}},
-  {pdl = 1, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}}}
+  {pdl = 1, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}},
+  {pdl = 0, reload = true, shapes = {{37, 1024}, {9, 4096}}}}
 local runs = 0
 for _, pass in ipairs(passes) do
   nl.set("cuda.pdl", pass.pdl)
+  if pass.reload then
+    nl.set("rmsnorm.fwd.reload_min_n", 1)
+    nl.set("rmsnorm.fwd.reload_min_m", 1)
+  end
   for _, s in ipairs(pass.shapes) do
     local M, N = s[1], s[2]
     -- bf16 with weights of its own dtype (held in registers by the pipelined kernels) and
@@ -251,6 +258,8 @@ for _, tile in ipairs({{16, 16}, {64, 128}, {128, 128}}) do
 end
 nl.reset("transpose.tile_m")
 nl.reset("transpose.tile_n")
+nl.reset("rmsnorm.fwd.reload_min_n")
+nl.reset("rmsnorm.fwd.reload_min_m")
 local x = dev:randn({37, 1024}, "bf16", {seed = 10})
 local y, rstd, yt = nl.rmsnorm(x, nil, {variant = "row", transpose = "external"})
 dev:sync()
