@@ -47,7 +47,7 @@ typedef struct nl_knobs {
   } rms_bwd;
   /* LayerNorm's twins of rms_bwd's, where its best value differs */
   struct {
-    int64_t blockrow_max_n, row_max_n;
+    int64_t blockrow_max_n, narrow_max_n, row_max_n;
   } ln_bwd;
   /* add_rmsnorm's */
   struct {

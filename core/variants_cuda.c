@@ -97,7 +97,9 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
   const int64_t blockrow_max_n = ln    ? kn->ln_bwd.blockrow_max_n
                                  : add ? kn->add_bwd.blockrow_max_n
                                        : kn->rms_bwd.blockrow_max_n;
-  const int64_t narrow_max_n = add ? kn->add_bwd.narrow_max_n : kn->rms_bwd.narrow_max_n;
+  const int64_t narrow_max_n = ln    ? kn->ln_bwd.narrow_max_n
+                               : add ? kn->add_bwd.narrow_max_n
+                                     : kn->rms_bwd.narrow_max_n;
   if (k->reduce == NLK_REDUCE_TEMP ||
       (!partials && k->M < kn->rms_bwd.partials_min_m && k->N <= row_max_n))
     return "row";

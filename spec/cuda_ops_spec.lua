@@ -1094,7 +1094,7 @@ describe("CUDA ops #cuda", function()
       assert.are.equal("rmsnorm.bwd.partials", pick(15, 2048, "bf16"))
       assert.are.equal("rmsnorm.bwd.row", pick(15, 2048, "bf16", "temp"))
     end)
-    -- LayerNorm follows its twins of row_max_n and blockrow_max_n,
+    -- LayerNorm follows its twins of row_max_n, blockrow_max_n and narrow_max_n,
     -- add_rmsnorm its twins of blockrow_max_n and narrow_max_n, RMSNorm neither
     with_settings({["rmsnorm.bwd.partials_min_m"] = 16, ["rmsnorm.bwd.row_max_n"] = 2048,
       ["layernorm.bwd.row_max_n"] = 1024, ["rmsnorm.bwd.persistent_min_m"] = 8,
@@ -1112,6 +1112,13 @@ describe("CUDA ops #cuda", function()
         assert.are.equal("add_rmsnorm.bwd.persistent", pick(64, 128, "bf16", nil, "add_rmsnorm"))
         assert.are.equal("add_rmsnorm.bwd.blockrow", pick(32, 128, "bf16", nil, "add_rmsnorm"))
         assert.are.equal("add_rmsnorm.bwd.persistent", pick(32, 256, "bf16", nil, "add_rmsnorm"))
+        assert.are.equal("rmsnorm.bwd.blockrow", pick(32, 256, "bf16"))
+      end)
+      with_settings({["layernorm.bwd.blockrow_max_n"] = 0, ["rmsnorm.bwd.narrow_max_n"] = 512,
+        ["layernorm.bwd.narrow_max_n"] = 128, ["rmsnorm.bwd.narrow_max_m"] = 32}, function()
+        assert.are.equal("layernorm.bwd.persistent", pick(64, 128, "bf16", nil, "layernorm"))
+        assert.are.equal("layernorm.bwd.blockrow", pick(32, 128, "bf16", nil, "layernorm"))
+        assert.are.equal("layernorm.bwd.persistent", pick(32, 256, "bf16", nil, "layernorm"))
         assert.are.equal("rmsnorm.bwd.blockrow", pick(32, 256, "bf16"))
       end)
     end)
