@@ -163,6 +163,12 @@ int nl__fits(int backend, int pass, const char *strategy, const nlk_norm *k)
          (!s->supports || s->supports(k, why, sizeof why) == NLK_OK);
 }
 
+double nl__waves(int backend, int pass, const char *strategy, const nlk_norm *k)
+{
+  const nlk_strategy *s = kernels_of(backend, k->op, pass, strategy);
+  return s && s->waves ? s->waves(k) : 0;
+}
+
 int32_t nl_variant_count(void) { return nl__cpu_variant_count + nl__cuda_variant_count; }
 
 static const nl_variant *variant_at(int i)

@@ -55,4 +55,8 @@ extern const nlk_strategy *const nl__cuda_transpose_kernels[];
  * yt, and its kernels' supports()). */
 int nl__fits(int backend, int pass, const char *strategy, const nlk_norm *k);
 
+/* The waves of resident CTAs `strategy` would launch for k (its kernels' waves(), as run
+ * info's), 0 where it counts none or plans none. */
+double nl__waves(int backend, int pass, const char *strategy, const nlk_norm *k);
+
 #endif

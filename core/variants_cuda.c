@@ -67,12 +67,13 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
       k->N < kn->rms_fwd.staged_min_n)
     return "persistent";
   if (ln && kn->ln_fwd.staged_min_waves > 0 && plain_y && nl__fits(NL_CUDA, NL_FWD, "staged", k) &&
-      nlk_cuda_fwd_waves(k, "row") >= kn->ln_fwd.staged_min_waves)
+      nl__waves(NL_CUDA, NL_FWD, "row", k) >= kn->ln_fwd.staged_min_waves)
     return "staged";
   if (k->op == NLK_ADD_RMSNORM && kn->add_fwd.staged_max_waves > 0 && plain_y &&
       nl__fits(NL_CUDA, NL_FWD, "staged", k)) {
-    const double waves = nlk_cuda_fwd_waves(k, "row");
-    if (waves > 1 && waves <= kn->add_fwd.staged_max_waves && nlk_cuda_fwd_waves(k, "staged") <= 1)
+    const double waves = nl__waves(NL_CUDA, NL_FWD, "row", k);
+    if (waves > 1 && waves <= kn->add_fwd.staged_max_waves &&
+        nl__waves(NL_CUDA, NL_FWD, "staged", k) <= 1)
       return "staged";
   }
   return "row";

@@ -170,6 +170,10 @@ typedef struct nlk_strategy {
   /* Shapes beyond what the core validates: NLK_OK, or NLK_ERR_UNSUPPORTED with the reason
    * written to why. NULL: every validated argument set. */
   int (*supports)(const nlk_norm *k, char *why, size_t cap);
+  /* The waves of resident CTAs its launch for k would take, as run info's waves, without
+   * launching (0: it plans none). NULL: not counted (the resolvers that compare waves ask
+   * only the CUDA forward's strategies). */
+  double (*waves)(const nlk_norm *k);
 } nlk_strategy;
 
 static inline int nlk_dtype_size(int32_t dt)

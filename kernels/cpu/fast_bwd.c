@@ -236,7 +236,7 @@ static int row_bwd(nlk_norm *k) { return bwd_run(k, 0); }
 static int persistent_bwd(nlk_norm *k) { return bwd_run(k, 1); }
 
 const nlk_strategy nlk_cpu_bwd[] = {
-  {"row", NLK_BWD, row_bwd, row_bwd_ws, NULL},
-  {"persistent", NLK_BWD, persistent_bwd, persistent_bwd_ws, NULL},
-  {NULL, 0, NULL, NULL, NULL},
+  {"row", NLK_BWD, row_bwd, row_bwd_ws, NULL, NULL},
+  {"persistent", NLK_BWD, persistent_bwd, persistent_bwd_ws, NULL, NULL},
+  {NULL, 0, NULL, NULL, NULL, NULL},
 };

@@ -235,7 +235,7 @@ static int row_fwd(nlk_norm *k) { return fwd_run(k, 0); }
 static int persistent_fwd(nlk_norm *k) { return fwd_run(k, 1); }
 
 const nlk_strategy nlk_cpu_fwd[] = {
-  {"row", NLK_FWD, row_fwd, NULL, NULL},
-  {"persistent", NLK_FWD, persistent_fwd, NULL, NULL},
-  {NULL, 0, NULL, NULL, NULL},
+  {"row", NLK_FWD, row_fwd, NULL, NULL, NULL},
+  {"persistent", NLK_FWD, persistent_fwd, NULL, NULL, NULL},
+  {NULL, 0, NULL, NULL, NULL, NULL},
 };

@@ -306,7 +306,7 @@ static int ref_bwd(nlk_norm *k)
 }
 
 const nlk_strategy nlk_cpu_ref[] = {
-  {"ref", NLK_FWD, ref_fwd, NULL, NULL},
-  {"ref", NLK_BWD, ref_bwd, NULL, NULL},
-  {NULL, 0, NULL, NULL, NULL},
+  {"ref", NLK_FWD, ref_fwd, NULL, NULL, NULL},
+  {"ref", NLK_BWD, ref_bwd, NULL, NULL, NULL},
+  {NULL, 0, NULL, NULL, NULL, NULL},
 };

@@ -108,7 +108,7 @@ static int tiled_supports(const nlk_norm *k, char *why, size_t cap)
 }
 
 const nlk_strategy nlk_cpu_transpose[] = {
-  {"ref", NLK_FWD, ref_transpose, NULL, NULL},
-  {"tiled", NLK_FWD, tiled_transpose, NULL, tiled_supports},
-  {NULL, 0, NULL, NULL, NULL},
+  {"ref", NLK_FWD, ref_transpose, NULL, NULL, NULL},
+  {"tiled", NLK_FWD, tiled_transpose, NULL, tiled_supports, NULL},
+  {NULL, 0, NULL, NULL, NULL, NULL},
 };

@@ -30,11 +30,6 @@ void nlk_cuda_kernel_name(const void *kernel, char *buf, size_t cap);
  * a stride or a pointer rules that out (rows of single elements). */
 int nlk_cuda_pack_elems(const nlk_norm *k);
 
-/* The waves of CTAs a forward strategy's plan for k takes (norm_fwd.cu; "row", "staged", ...):
- * its grid (for row, after the one-wave doublings) over the CTAs of its kernel the GPU holds at
- * once, as run info's waves; 0 where it plans none or knows no such strategy. */
-double nlk_cuda_fwd_waves(const nlk_norm *k, const char *strategy);
-
 #ifdef __cplusplus
 }
 #endif

@@ -1316,11 +1316,13 @@ size_t workspace_persistent(const nlk_norm *k) { return workspace(k, Strategy::P
 #ifndef NLK_INSTANCE
 
 extern "C" const nlk_strategy nlk_cuda_bwd[] = {
-  {"row", NLK_BWD, nlk::launch_row, nlk::workspace_row, nlk::max_n_supports},
-  {"blockrow", NLK_BWD, nlk::launch_blockrow, nlk::workspace_blockrow, nlk::warp_row_supports},
-  {"partials", NLK_BWD, nlk::launch_partials, nlk::workspace_partials, nlk::max_n_supports},
-  {"persistent", NLK_BWD, nlk::launch_persistent, nlk::workspace_persistent, nlk::max_n_supports},
-  {NULL, 0, NULL, NULL, NULL},
+  {"row", NLK_BWD, nlk::launch_row, nlk::workspace_row, nlk::max_n_supports, NULL},
+  {"blockrow", NLK_BWD, nlk::launch_blockrow, nlk::workspace_blockrow, nlk::warp_row_supports,
+   NULL},
+  {"partials", NLK_BWD, nlk::launch_partials, nlk::workspace_partials, nlk::max_n_supports, NULL},
+  {"persistent", NLK_BWD, nlk::launch_persistent, nlk::workspace_persistent, nlk::max_n_supports,
+   NULL},
+  {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
 #endif

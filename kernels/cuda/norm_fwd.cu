@@ -1505,6 +1505,19 @@ double waves(const nlk_norm *k, const Candidates &cands)
   return nlk_waves(grid_of(k, p), k->sm_count, per_sm > 0 ? per_sm : 1);
 }
 
+/* A strategy's waves (nlk_strategy.waves): the grid its launch for k would take, for row
+ * after the one-wave doublings, over the CTAs of its kernel the GPU holds at once. */
+template <Candidates (*ROWS)()>
+double waves_of(const nlk_norm *k)
+{
+  double w = 0;
+  with_dtype(k->dt, [&](auto t) {
+    w = waves<decltype(t)>(k, ROWS());
+    return NLK_OK;
+  });
+  return w;
+}
+
 int slab_supports(const nlk_norm *k, char *why, size_t cap)
 {
   FwdPlan p;
@@ -1543,29 +1556,18 @@ int fwd_supports(const nlk_norm *k, char *why, size_t cap)
 
 #ifndef NLK_INSTANCE
 
-extern "C" double nlk_cuda_fwd_waves(const nlk_norm *k, const char *strategy)
-{
-  using namespace nlk;
-  const struct { const char *name; Candidates (*rows)(); } strategies[] = {
-    {"row", row_rows}, {"blockrow", blockrow_rows}, {"persistent", persistent_rows},
-    {"staged", staged_rows}, {"slab", slab_rows}};
-  double w = 0;
-  for (const auto &s : strategies)
-    if (!strcmp(s.name, strategy))
-      with_dtype(k->dt, [&](auto t) {
-        w = waves<decltype(t)>(k, s.rows());
-        return NLK_OK;
-      });
-  return w;
-}
-
 extern "C" const nlk_strategy nlk_cuda_fwd[] = {
-  {"row", NLK_FWD, nlk::launch_row, NULL, nlk::fwd_supports<nlk::max_n_supports>},
-  {"blockrow", NLK_FWD, nlk::launch_blockrow, NULL, nlk::fwd_supports<nlk::warp_row_supports>},
-  {"persistent", NLK_FWD, nlk::launch_persistent, NULL, nlk::fwd_supports<nlk::max_n_supports>},
-  {"staged", NLK_FWD, nlk::launch_staged, NULL, nlk::fwd_supports<nlk::staged_supports>},
-  {"slab", NLK_FWD, nlk::launch_slab, NULL, nlk::fwd_supports<nlk::slab_supports>},
-  {NULL, 0, NULL, NULL, NULL},
+  {"row", NLK_FWD, nlk::launch_row, NULL, nlk::fwd_supports<nlk::max_n_supports>,
+   nlk::waves_of<nlk::row_rows>},
+  {"blockrow", NLK_FWD, nlk::launch_blockrow, NULL, nlk::fwd_supports<nlk::warp_row_supports>,
+   nlk::waves_of<nlk::blockrow_rows>},
+  {"persistent", NLK_FWD, nlk::launch_persistent, NULL, nlk::fwd_supports<nlk::max_n_supports>,
+   nlk::waves_of<nlk::persistent_rows>},
+  {"staged", NLK_FWD, nlk::launch_staged, NULL, nlk::fwd_supports<nlk::staged_supports>,
+   nlk::waves_of<nlk::staged_rows>},
+  {"slab", NLK_FWD, nlk::launch_slab, NULL, nlk::fwd_supports<nlk::slab_supports>,
+   nlk::waves_of<nlk::slab_rows>},
+  {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
 #endif

@@ -440,7 +440,7 @@ int tiled_supports(const nlk_norm *k, char *why, size_t cap)
 } // namespace nlk
 
 extern "C" const nlk_strategy nlk_cuda_transpose[] = {
-  {"naive", NLK_FWD, nlk::launch_naive, NULL, nlk::shape_supports},
-  {"tiled", NLK_FWD, nlk::launch_tiled, NULL, nlk::tiled_supports},
-  {NULL, 0, NULL, NULL, NULL},
+  {"naive", NLK_FWD, nlk::launch_naive, NULL, nlk::shape_supports, NULL},
+  {"tiled", NLK_FWD, nlk::launch_tiled, NULL, nlk::tiled_supports, NULL},
+  {NULL, 0, NULL, NULL, NULL, NULL},
 };
