@@ -1094,8 +1094,8 @@ describe("CUDA ops #cuda", function()
       assert.are.equal("rmsnorm.bwd.partials", pick(15, 2048, "bf16"))
       assert.are.equal("rmsnorm.bwd.row", pick(15, 2048, "bf16", "temp"))
     end)
-    -- LayerNorm follows its twins of row_max_n, blockrow_max_n and narrow_max_n,
-    -- add_rmsnorm its twins of blockrow_max_n and narrow_max_n, RMSNorm neither
+    -- LayerNorm follows its twins of row_max_n and blockrow_max_n, LayerNorm and add_rmsnorm
+    -- their twins of blockrow_max_n and narrow_max_n, RMSNorm none
     with_settings({["rmsnorm.bwd.partials_min_m"] = 16, ["rmsnorm.bwd.row_max_n"] = 2048,
       ["layernorm.bwd.row_max_n"] = 1024, ["rmsnorm.bwd.persistent_min_m"] = 8,
       ["rmsnorm.bwd.blockrow_max_n"] = 256,
@@ -1107,20 +1107,15 @@ describe("CUDA ops #cuda", function()
       assert.are.equal("layernorm.bwd.blockrow", pick(64, 128, "bf16", nil, "layernorm"))
       assert.are.equal("layernorm.bwd.persistent", pick(64, 256, "bf16", nil, "layernorm"))
       assert.are.equal("rmsnorm.bwd.blockrow", pick(64, 256, "bf16"))
-      with_settings({["add_rmsnorm.bwd.blockrow_max_n"] = 0, ["rmsnorm.bwd.narrow_max_n"] = 512,
-        ["add_rmsnorm.bwd.narrow_max_n"] = 128, ["rmsnorm.bwd.narrow_max_m"] = 32}, function()
-        assert.are.equal("add_rmsnorm.bwd.persistent", pick(64, 128, "bf16", nil, "add_rmsnorm"))
-        assert.are.equal("add_rmsnorm.bwd.blockrow", pick(32, 128, "bf16", nil, "add_rmsnorm"))
-        assert.are.equal("add_rmsnorm.bwd.persistent", pick(32, 256, "bf16", nil, "add_rmsnorm"))
-        assert.are.equal("rmsnorm.bwd.blockrow", pick(32, 256, "bf16"))
-      end)
-      with_settings({["layernorm.bwd.blockrow_max_n"] = 0, ["rmsnorm.bwd.narrow_max_n"] = 512,
-        ["layernorm.bwd.narrow_max_n"] = 128, ["rmsnorm.bwd.narrow_max_m"] = 32}, function()
-        assert.are.equal("layernorm.bwd.persistent", pick(64, 128, "bf16", nil, "layernorm"))
-        assert.are.equal("layernorm.bwd.blockrow", pick(32, 128, "bf16", nil, "layernorm"))
-        assert.are.equal("layernorm.bwd.persistent", pick(32, 256, "bf16", nil, "layernorm"))
-        assert.are.equal("rmsnorm.bwd.blockrow", pick(32, 256, "bf16"))
-      end)
+      for _, op in ipairs({"add_rmsnorm", "layernorm"}) do
+        with_settings({[op .. ".bwd.blockrow_max_n"] = 0, ["rmsnorm.bwd.narrow_max_n"] = 512,
+          [op .. ".bwd.narrow_max_n"] = 128, ["rmsnorm.bwd.narrow_max_m"] = 32}, function()
+          assert.are.equal(op .. ".bwd.persistent", pick(64, 128, "bf16", nil, op))
+          assert.are.equal(op .. ".bwd.blockrow", pick(32, 128, "bf16", nil, op))
+          assert.are.equal(op .. ".bwd.persistent", pick(32, 256, "bf16", nil, op))
+          assert.are.equal("rmsnorm.bwd.blockrow", pick(32, 256, "bf16"))
+        end)
+      end
     end)
   end)
 
