@@ -15,15 +15,16 @@
  *               per CTA, each thread's packs of the next rmsnorm.fwd.stages - 1 rows in
  *               flight through cp.async; GROUPS (one-row kernels) where no stage fits, LOOP;
  *   staged      STAGED: one CTA per row, the row copied whole to shared memory.
- * In the one-row kernels a thread holds its packs of x in registers across the row's
- * reduction, so x is read once; RMSNorm's, up to rmsnorm.fwd.early_weight_max_n columns, load the
- * weight with x (grids of about one wave otherwise wait on the weight all at once, after
- * the reduction), and from rmsnorm.fwd.reload_min_n columns and reload_min_m rows hold
- * nothing and read x twice, the second time from L1, which fits more CTAs per SM (a grid of
- * a few waves gains nothing from that and pays the second read). Outputs leave through streaming stores,
- * but for an fp8 y that the core's external transpose reads next (FwdOut.keep_y: L2 keeps it).
- * The rmsnorm.fwd.* settings steer LayerNorm's kernels too. With RMSNorm's llama casting and 16-bit weights of x's dtype, y is one packed multiply per two
- * elements. Packs are 16 bytes when N, strides and pointers allow, single elements otherwise.
+ * In the one-row kernels a thread holds its packs of x in registers across the row's reduction,
+ * so x is read once; RMSNorm's, up to rmsnorm.fwd.early_weight_max_n columns, load the weight
+ * with x (grids of about one wave otherwise wait on the weight all at once, after the reduction),
+ * and from rmsnorm.fwd.reload_min_n columns and reload_min_m rows hold nothing and read x twice,
+ * the second time from L1, which fits more CTAs per SM (a grid of a few waves gains nothing from
+ * that and pays the second read). Outputs leave through streaming stores, but for an fp8 y that
+ * the core's external transpose reads next (FwdOut.keep_y: L2 keeps it). The rmsnorm.fwd.*
+ * settings steer LayerNorm's kernels too. With RMSNorm's llama casting and 16-bit weights of x's
+ * dtype, y is one packed multiply per two elements. Packs are 16 bytes when N, strides and
+ * pointers allow, single elements otherwise.
  *
  * This file is compiled as itself for the strategies (host code only) and, through the
  * translation units CMake generates from instances.cu.in, once per dtype, pack width and norm
