@@ -144,7 +144,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA row and blockrow rmsnorm forward: from this many columns x is read twice, the second time from L1, instead of held in registers across the reduction (0: never; takes precedence over early_weight_max_n)"},
   {.key = "rmsnorm.fwd.reload_min_m", AT(fwd.reload_min_m, I64),
    .def = 4096, .min = 1, .max = M12,
-   .doc = "CUDA row and blockrow rmsnorm forward: reload_min_n's second read of x only from this many rows (H200 bf16, N 4096..16384: the held row led by 3-20% at 16 to 1024 rows, reload by 0.5-11% from 4096 rows but 4096 x 4096, -2%; 2048 and 3072 rows mixed)"},
+   .doc = "CUDA row and blockrow rmsnorm forward: reload_min_n's second read of x only from this many rows (H200 bf16, N 4096..16384: the held row led by up to 20% at 16 to 1024 rows, reload by 0.5-11% from 4096 rows but 4096 x 4096, -2%; 2048 and 3072 rows mixed)"},
   {.key = "rmsnorm.fwd.fixed_lanes_max", AT(fwd.fixed_lanes_max, I32),
    .def = 32, .min = 0, .max = 32,
    .doc = "CUDA row, blockrow and persistent's one-row fallback, 16-byte packs, y in x's dtype, the weight read after the reduction (not early_weight_max_n's), up to 4 packs a thread: rows of up to this many threads (a power of two, 4 to 32) run a kernel compiled for that count (constant shifts, a shuffle-only sum, no group read from the arguments); 0: never (bf16, M = 4096, N 64..1024: LayerNorm +4-7% on an H100, +2-8% on an H200; RMSNorm +2-3% at N 64 / 128 on an H100, +4-6% on an H200)"},
