@@ -87,7 +87,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA auto forward, LayerNorm: rmsnorm.fwd.narrow_min_m's twin (H200 bf16: row led blockrow by 10-19% at 128 rows of 64 to 1024 columns, blockrow led by 0.5-9% at 1024 rows up to 512)"},
   {.key = "layernorm.fwd.staged_min_waves", AT(ln_fwd.staged_min_waves, F64),
    .def = 3, .min = 0, .max = 1e6, .models = {{"H100", 0}},
-   .doc = "CUDA auto forward, LayerNorm, y in x's dtype: staged where row's CTAs need at least this many waves (0: never; H200 bf16: staged led row by 1-16% from 3.9 waves at N 1536 to 16384 but 12288, lost 7-33% below 2.6 waves; H100: row led or tied everywhere)"},
+   .doc = "CUDA auto forward, LayerNorm, y in x's dtype: staged where row's CTAs need at least this many waves (0: never; H200 bf16: staged / row 0.99-1.16 from 3.9 waves at N 1536 to 16384 but 12288 (0.96-0.97), 0.67-1.00 up to 2.6 waves but 1 x 12288 (1.06); H100: row led or tied everywhere)"},
   {.key = "layernorm.fwd.persistent_max_m", AT(ln_fwd.persistent_max_m, I64),
    .def = 0, .min = 0, .max = M12,
    .doc = "CUDA auto forward, LayerNorm: rmsnorm.fwd.persistent_max_m's twin (H100 bf16, 1 to 128 rows of 12288 and 16384 columns: persistent at 0.83-0.97x of the best, row or staged; 0: never)"},
