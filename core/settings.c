@@ -84,7 +84,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA auto forward, LayerNorm: rmsnorm.fwd.row_min_n's twin from rmsnorm.fwd.blockrow_min_m rows (fewer take rmsnorm's; H200 bf16, M = 16384 / 32768: blockrow led row by 18 / 22% at N = 768 and up to 5% at 1024; at 1024 rows row led by 4-13% at 768 and 1024)"},
   {.key = "layernorm.fwd.narrow_min_m", AT(ln_fwd.narrow_min_m, I64),
    .def = 1024, .min = 1, .max = M12, .models = {{"H100", 1}},
-   .doc = "CUDA auto forward, LayerNorm: rmsnorm.fwd.narrow_min_m's twin (H200 bf16: row led blockrow by 10-19% at 128 rows of 64 to 1024 columns, blockrow led by 0.5-9% at 1024 rows up to 512)"},
+   .doc = "CUDA auto forward, LayerNorm: rmsnorm.fwd.narrow_min_m's twin (H200 bf16: row led blockrow by up to 19% at 128 rows of 64 to 1024 columns (10-19% but at 384 and 512: 0-1%), blockrow led by 0.5-9% at 1024 rows up to 512)"},
   {.key = "layernorm.fwd.staged_min_waves", AT(ln_fwd.staged_min_waves, F64),
    .def = 3, .min = 0, .max = 1e6, .models = {{"H100", 0}},
    .doc = "CUDA auto forward, LayerNorm, y in x's dtype: staged where row's CTAs need at least this many waves (0: never; H200 bf16: staged / row 0.99-1.16 from 3.9 waves at N 1536 to 16384 but 12288 (0.96-0.97), 0.67-1.00 up to 2.6 waves but 1 x 12288 (1.06); H100: row led or tied everywhere)"},
