@@ -48,6 +48,7 @@ typedef struct nl_knobs {
   /* LayerNorm's twins of rms_bwd's, where its best value differs */
   struct {
     int64_t blockrow_max_n, narrow_max_n, row_max_n;
+    int64_t share_n; /* the kernels' rmsnorm.bwd.share_n for LayerNorm */
   } ln_bwd;
   /* add_rmsnorm's */
   struct {

@@ -693,7 +693,7 @@ describe("CUDA ops #cuda", function()
           reference(p)
           for j, set in ipairs(settings) do
             local share_n, share_max = set[1], set[2]
-            with_settings({["rmsnorm.bwd.share_n"] = share_n,
+            with_settings({["rmsnorm.bwd.share_n"] = share_n, ["layernorm.bwd.share_n"] = share_n,
               ["rmsnorm.bwd.fp32_share_n"] = share_n, ["rmsnorm.bwd.share_max"] = share_max,
               ["rmsnorm.bwd.stages"] = j + 1, ["rmsnorm.bwd.block"] = j == 1 and 128 or 512},
               function()
@@ -714,6 +714,32 @@ describe("CUDA ops #cuda", function()
     end
     if sm90 then
       assert.is_true(shared > 0)
+    end
+  end)
+
+  -- LayerNorm's rows are shared from layernorm.bwd.share_n columns, RMSNorm's from
+  -- rmsnorm.bwd.share_n: 12288 bf16 columns fit one CTA's registers for RMSNorm (384 threads
+  -- at 4 packs), not for LayerNorm (256 at most), which runs the looping kernel unshared.
+  it_cuda("LayerNorm's rows shared from its own share_n (layernorm.bwd.share_n)", function()
+    if not has_ln or cuda.info.cc_major < 9 then
+      return
+    end
+    for _, o in ipairs({{}, {op = "layernorm", weight = "x", bias = "fp32"}}) do
+      local p = problem(37, 12288, "bf16", o)
+      reference(p)
+      local ln = o.op == "layernorm"
+      for _, set in ipairs({{16384, 8192}, {8192, 16384}}) do
+        with_settings({["rmsnorm.bwd.share_n"] = set[1], ["layernorm.bwd.share_n"] = set[2],
+          ["rmsnorm.bwd.items"] = 4, ["rmsnorm.bwd.share_max"] = 4}, function()
+            for _, v in ipairs({"partials", "persistent"}) do
+              local info = checked_bwd_info(p, v)
+              local share_n = ln and set[2] or set[1]
+              assert.are.equal(share_n < 12288 and 2 or 1, info.cluster,
+                label(p, v, "bwd") .. " at share_n " .. share_n .. ": " .. info.kernel)
+            end
+          end)
+      end
+      release(p)
     end
   end)
 
