@@ -30,8 +30,6 @@
  * translation units CMake generates from instances.cu.in, once per dtype, pack width and norm
  * for the kernels (NLK_INSTANCE), so that a build runs them in parallel.
  */
-#include <cstring>
-
 #include "device.cuh"
 #include "nlk_cuda.h"
 #include "plan.cuh"
@@ -1495,25 +1493,19 @@ int launch_persistent(nlk_norm *k) { return launch(k, persistent_rows()); }
 int launch_staged(nlk_norm *k) { return launch(k, staged_rows()); }
 int launch_slab(nlk_norm *k) { return launch(k, slab_rows()); }
 
-/* The waves of CTAs the first of `cands` that fits takes (0 where none fits). */
-template <typename T>
-double waves(const nlk_norm *k, const Candidates &cands)
-{
-  FwdPlan p;
-  if (!plan<T>(k, cands, &p))
-    return 0;
-  const int per_sm = occupancy(k, p.kernel, p.c.block, p.smem);
-  return nlk_waves(grid_of(k, p), k->sm_count, per_sm > 0 ? per_sm : 1);
-}
-
-/* A strategy's waves (nlk_strategy.waves): the grid its launch for k would take, for row
- * after the one-wave doublings, over the CTAs of its kernel the GPU holds at once. */
+/* A strategy's waves (nlk_strategy.waves): the grid the first of its row mappings that fits
+ * would take, for row after the one-wave doublings, over the CTAs of its kernel the GPU holds
+ * at once (0 where none fits). */
 template <Candidates (*ROWS)()>
 double waves_of(const nlk_norm *k)
 {
   double w = 0;
   with_dtype(k->dt, [&](auto t) {
-    w = waves<decltype(t)>(k, ROWS());
+    FwdPlan p;
+    if (plan<decltype(t)>(k, ROWS(), &p)) {
+      const int per_sm = occupancy(k, p.kernel, p.c.block, p.smem);
+      w = nlk_waves(grid_of(k, p), k->sm_count, per_sm > 0 ? per_sm : 1);
+    }
     return NLK_OK;
   });
   return w;
