@@ -49,6 +49,7 @@ typedef struct nl_knobs {
   struct {
     int64_t blockrow_max_n, narrow_max_n, row_max_n;
     int64_t share_n; /* the kernels' rmsnorm.bwd.share_n for LayerNorm */
+    int32_t items;   /* and their rmsnorm.bwd.items */
   } ln_bwd;
   /* add_rmsnorm's */
   struct {

@@ -540,8 +540,10 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
   plan->k.pdl = plan->kn.pdl;
   plan->k.fwd = plan->kn.fwd;
   plan->k.bwd = plan->kn.bwd;
-  if (op == NL_OP_LAYERNORM)
+  if (op == NL_OP_LAYERNORM) {
     plan->k.bwd.share_n = plan->kn.ln_bwd.share_n;
+    plan->k.bwd.items = plan->kn.ln_bwd.items;
+  }
   plan->k.tr = plan->kn.tr;
   v = find(op, pass, strategy, backend);
   if (!v)

@@ -730,7 +730,7 @@ describe("CUDA ops #cuda", function()
       local ln = o.op == "layernorm"
       for _, set in ipairs({{16384, 8192}, {8192, 16384}}) do
         with_settings({["rmsnorm.bwd.share_n"] = set[1], ["layernorm.bwd.share_n"] = set[2],
-          ["rmsnorm.bwd.items"] = 4, ["rmsnorm.bwd.share_max"] = 4}, function()
+          ["rmsnorm.bwd.items"] = 4, ["layernorm.bwd.items"] = 4, ["rmsnorm.bwd.share_max"] = 4}, function()
             for _, v in ipairs({"partials", "persistent"}) do
               local info = checked_bwd_info(p, v)
               local share_n = ln and set[2] or set[1]
@@ -738,6 +738,47 @@ describe("CUDA ops #cuda", function()
                 label(p, v, "bwd") .. " at share_n " .. share_n .. ": " .. info.kernel)
             end
           end)
+      end
+      release(p)
+    end
+  end)
+
+  it_cuda("a row's CTA of whole warps (rmsnorm.bwd.whole_warps)", function()
+    -- rows whose packs need a thread count that is not a power of two: 5120 bf16 columns at 2
+    -- / 4 packs a thread are 320 / 160 threads, LayerNorm's 12288 shared by 2 are 192 at 4,
+    -- 1280 at 2 are 96 (3 warps); fp32's 5120 are 320 at 4; the sum over the CTA's warps then
+    -- reads zeroed slots past its last warp. Off, the same rows take a power of two.
+    local function pow2(v) return v & (v - 1) == 0 end
+    local cases = {{37, 5120, "bf16", {}}, {4099, 1280, "bf16", {}}, {37, 5120, "fp32", {}},
+      {199, 12288, "bf16", {}}, {37, 5120, "bf16", {add = true, weight = "fp32"}}}
+    and_ln(cases, {199, 12288, "bf16", {op = "layernorm", weight = "x", bias = "fp32", offset = LN_OFFSET}})
+    and_ln(cases, {7, 5120, "fp16", {op = "layernorm", weight = "fp32", bias = "none"}})
+    for _, c in ipairs(cases) do
+      local p = problem(c[1], c[2], c[3], c[4])
+      reference(p)
+      for _, items in ipairs({2, 4}) do
+        for whole = 0, 1 do
+          with_settings({["rmsnorm.bwd.whole_warps"] = whole, ["rmsnorm.bwd.items"] = items,
+            ["layernorm.bwd.items"] = items,
+            ["rmsnorm.bwd.stages"] = items == 2 and 2 or 3, ["layernorm.bwd.share_n"] = 8192,
+            ["rmsnorm.bwd.share_n"] = 16384, ["rmsnorm.bwd.fused_reduce"] = items == 4 and 1 or 0},
+            function()
+              for _, v in ipairs({"partials", "persistent"}) do
+                local info = checked_bwd_info(p, v)
+                local what = label(p, v, "bwd") .. " items " .. items .. " whole_warps " .. whole
+                if info.block ~= 512 then -- not the looping kernel
+                  -- partials keeps its one CTA per SM a power of two
+                  assert.are.equal(whole == 0 or v == "partials", pow2(info.block),
+                    what .. ": block " .. info.block)
+                end
+              end
+              check_bwd(p, "persistent", {reduce = "atomic"})
+              check_bwd(p, "persistent", {inplace = true})
+              with_settings({["rmsnorm.bwd.cluster"] = 2, ["rmsnorm.bwd.fused_reduce"] = 0}, function()
+                check_bwd(p, "partials")
+              end)
+            end)
+        end
       end
       release(p)
     end
@@ -753,6 +794,7 @@ describe("CUDA ops #cuda", function()
         for _, items in ipairs({1, 2, 4, 8}) do
           for _, block in ipairs({32, 128, 1024}) do
             with_settings({["rmsnorm.fwd.items"] = items, ["rmsnorm.bwd.items"] = items,
+              ["layernorm.bwd.items"] = items,
               ["rmsnorm.bwd.held_items"] = items,
               ["rmsnorm.fwd.block"] = block, ["rmsnorm.bwd.block"] = block,
               ["rmsnorm.fwd.stages"] = 2 + (items + block) % 3,
@@ -1126,7 +1168,7 @@ describe("CUDA ops #cuda", function()
       ["layernorm.bwd.row_max_n"] = 1024, ["rmsnorm.bwd.persistent_min_m"] = 8,
       ["rmsnorm.bwd.blockrow_max_n"] = 256,
       ["layernorm.bwd.blockrow_max_n"] = 128, ["rmsnorm.bwd.blockrow_max_m"] = 64,
-      ["rmsnorm.bwd.narrow_max_n"] = 0}, function()
+      ["rmsnorm.bwd.narrow_max_n"] = 0, ["layernorm.bwd.narrow_max_n"] = 0}, function()
       assert.are.equal("layernorm.bwd.row", pick(15, 1024, "bf16", nil, "layernorm"))
       assert.are.equal("layernorm.bwd.persistent", pick(15, 2048, "bf16", nil, "layernorm"))
       assert.are.equal("rmsnorm.bwd.row", pick(15, 2048, "bf16"))

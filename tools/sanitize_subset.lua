@@ -26,10 +26,12 @@ local function strategies(op, pass)
 end
 -- Every shape, then two of them again with programmatic dependent launch (cuda.pdl), then
 -- two with RMSNorm's one-row kernels reading x twice (fwd_reload; by default only from 4096
--- columns and rows on an H200, never on an H100).
+-- columns and rows on an H200, never on an H100), then two whose pipelined backward rows take
+-- CTAs of whole warps that are not a power of two (rmsnorm.bwd.whole_warps).
 local passes = {{pdl = 0, shapes = {{3, 7}, {37, 64}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 8191}, {3, 40000}}},
   {pdl = 1, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}},
-  {pdl = 0, reload = true, shapes = {{37, 1024}, {9, 4096}}}}
+  {pdl = 0, reload = true, shapes = {{37, 1024}, {9, 4096}}},
+  {pdl = 0, whole_warps = true, shapes = {{37, 5120}, {5, 1280}}}}
 local runs = 0
 for _, pass in ipairs(passes) do
   nl.set("cuda.pdl", pass.pdl)
@@ -37,6 +39,7 @@ for _, pass in ipairs(passes) do
     nl.set("rmsnorm.fwd.reload_min_n", 1)
     nl.set("rmsnorm.fwd.reload_min_m", 1)
   end
+  nl.set("rmsnorm.bwd.whole_warps", pass.whole_warps and 1 or 0)
   for _, s in ipairs(pass.shapes) do
     local M, N = s[1], s[2]
     -- bf16 with weights of its own dtype (held in registers by the pipelined kernels) and

@@ -293,6 +293,14 @@ __device__ __forceinline__ unsigned warp_total(unsigned c)
 #endif
 }
 
+/* How Group and group_reduce map a CTA's threads to groups of a runtime G: ANY_CTA, a power
+ * of two or the whole CTA of any warp count, by a branch; POW2, a power of two; ROUNDED,
+ * shifts by G rounded up to a power of two, which make a CTA-wide group of any warp count one
+ * group without the branch (bwd_stride's whole_warps, 16-byte instances: the branch cost its
+ * 4-pack RMSNorm kernel 8 bytes of spill, the rounding nothing; its single-element instances
+ * keep POW2, where the rounding cost up to 17 registers). */
+enum class GroupMap { ANY_CTA, POW2, ROUNDED };
+
 /* Sum over a group of G threads that share a row (a power of two, or a multiple of 32 that
  * is the whole CTA: a CTA per row sized to the row, not rounded up to a power of two); every
  * thread of the group gets the same sum. G <= 32: shuffles only. Larger groups add their
@@ -302,9 +310,11 @@ __device__ __forceinline__ unsigned warp_total(unsigned c)
  * constant cost where a loop over 16 or 32 slots was not). Warp sums alternate between two
  * slots, so slot p is rewritten only after every warp has passed the barrier of the next
  * call. Butterfly partners add the same two values, so every thread of a group gets a
- * bit-identical sum. ANY_CTA false: power-of-two groups only (the grid-stride kernels), where
- * the padded path's registers made ptxas spill. */
-template <bool ANY_CTA = true, typename V>
+ * bit-identical sum. The grid-stride kernels, where the padded path's registers made ptxas
+ * spill, take POW2, or ROUNDED for the whole CTA of any warp count once zero_spare_slots has
+ * zeroed the slots past its last warp, which the butterfly then reads instead of testing
+ * each lane. */
+template <GroupMap MAP = GroupMap::ANY_CTA, typename V>
 __device__ __forceinline__ V group_reduce(V v, int G, V (*red)[32], int &parity)
 {
   if (G <= 32)
@@ -314,14 +324,26 @@ __device__ __forceinline__ V group_reduce(V v, int G, V (*red)[32], int &parity)
   if ((threadIdx.x & 31) == 0)
     red[parity][threadIdx.x >> 5] = v;
   __syncthreads();
-  if (ANY_CTA && (warps & (warps - 1))) { /* the whole CTA, of a warp count not a power of two */
+  if (MAP == GroupMap::ANY_CTA && (warps & (warps - 1))) { /* the whole CTA, of a warp count not a power of two */
     const int width = 1 << (32 - __clz(warps - 1)), l = threadIdx.x & (width - 1);
     v = group_sum(l < warps ? red[parity][l] : V{}, width);
+  } else if (MAP == GroupMap::ROUNDED) { /* the whole CTA's group starts at slot 0 */
+    const int width = 1 << (32 - __clz(warps - 1));
+    v = group_sum(red[parity][((threadIdx.x & ~(32 * width - 1)) >> 5) + (threadIdx.x & (width - 1))], width);
   } else {
     v = group_sum(red[parity][((threadIdx.x & ~(G - 1)) >> 5) + (threadIdx.x & (warps - 1))], warps);
   }
   parity ^= 1;
   return v;
+}
+
+/* The slots of group_reduce's `red` that no warp of this CTA writes, zeroed: call once before
+ * the first group_reduce<ROUNDED> of a CTA whose warp count is not a power of two. */
+template <typename V> __device__ __forceinline__ void zero_spare_slots(V (*red)[32])
+{
+  const int t = threadIdx.x;
+  if (t < 32 && t >= (int)(blockDim.x >> 5))
+    red[0][t] = red[1][t] = V{};
 }
 
 __host__ __device__ constexpr int log2_of(int v) { return v > 1 ? 1 + log2_of(v >> 1) : 0; }
@@ -332,14 +354,14 @@ template <int LANES> using Lanes = std::integral_constant<int, LANES>;
 /* A CTA's threads in groups of G that share a row (a power of two, or the whole CTA): the
  * thread's lane in its group, its group's index in the CTA and the groups per CTA, by shifts
  * (a division by a runtime G costs some twenty instructions before the first load can
- * issue). any_cta false: a power of two (the grid-stride kernels). */
+ * issue). */
 struct Group {
   int G, lane, idx, per_cta;
   /* LANES > 0: groups of LANES threads fixed at compile time (a power of two: the one-row
    * kernels' compiled lanes), whose shifts are constants and whose G, propagated into every
    * helper, unrolls the group's sums into shuffles alone; G_ is not read. */
   template <int LANES = 0>
-  __device__ __forceinline__ explicit Group(int G_, bool any_cta = true, Lanes<LANES> = {})
+  __device__ __forceinline__ explicit Group(int G_, GroupMap map = GroupMap::ANY_CTA, Lanes<LANES> = {})
   {
     if constexpr (LANES > 0) {
       static_assert((LANES & (LANES - 1)) == 0, "compiled lanes: a power of two");
@@ -350,10 +372,17 @@ struct Group {
       return;
     }
     G = G_;
-    if (any_cta && G_ == (int)blockDim.x) {
+    if (map == GroupMap::ANY_CTA && G_ == (int)blockDim.x) {
       lane = threadIdx.x;
       idx = 0;
       per_cta = 1;
+      return;
+    }
+    if (map == GroupMap::ROUNDED) {
+      const int shift = 32 - __clz(G_ - 1);
+      lane = threadIdx.x & ((1 << shift) - 1);
+      idx = threadIdx.x >> shift;
+      per_cta = (blockDim.x + (1 << shift) - 1) >> shift;
       return;
     }
     const int shift = __ffs(G_) - 1;

@@ -594,7 +594,8 @@ __global__ void __launch_bounds__(bwd_limits(R, NORM)(ITEMS)) bwd_one(BwdArgs a)
  * registers then hold rows C times wider), and exchange each row's sum (cluster_row_sum:
  * asynchronous stores counted in by mbarriers); the cluster writes one partial row, a slice
  * from each CTA. HELD (single 16-bit elements): the next rows' x and dy in registers, AHEAD
- * rows ahead whatever rmsnorm.bwd.stages says, and nothing staged. */
+ * rows ahead whatever rmsnorm.bwd.stages says, and nothing staged. Groups are a power of two,
+ * or (rmsnorm.bwd.whole_warps) the whole CTA of as many warps as the row needs. */
 template <typename T, int VEC, int ITEMS, Norm NORM, int CL>
 __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) bwd_stride(BwdArgs a)
 {
@@ -607,6 +608,8 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
   }
   using P = Pack<T, VEC>;
   constexpr bool HELD = sizeof(P) < 4;
+  /* whole_warps' CTA-wide groups come only in 16-byte packs */
+  constexpr GroupMap MAP = sizeof(P) == 16 ? GroupMap::ROUNDED : GroupMap::POW2;
   /* ROW_SHARE: CTA q's slice of the row, from column c0 (held single elements split N
    * unevenly, the last slice the shortest) */
   const int C = CL == ROW_SHARE ? a.cluster : 1, per = HELD ? (a.N + C - 1) / C : a.N / C;
@@ -615,7 +618,7 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
   const int64_t unit = blockIdx.x / C, units = gridDim.x / C;
   if constexpr (CL == ROW_SHARE)
     shift_cols<T>(a, c0);
-  const Group g(a.group, false);
+  const Group g(a.group, MAP);
   const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = ncols / VEC;
   /* HELD: the rows held ahead of the one at hand, LayerNorm's two (its shared rows ran 10-14%
    * faster), RMSNorm's one (two lost up to 3%: docs/kernels.md, "Rows of single elements") */
@@ -623,6 +626,8 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
   const int S = HELD ? AHEAD + 1 : a.stages;
   extern __shared__ __align__(16) float dyn[];
   __shared__ Sum red[2][32];
+  if constexpr (MAP == GroupMap::ROUNDED)
+    zero_spare_slots(red);
   int parity = 0;
   unsigned uses = 0; /* ROW_SHARE: rows exchanged so far */
   const Staging<P, ITEMS, NORM == Norm::LN ? 2 : 1> st(dyn, S, a.dres ? 3 : 2);
@@ -698,7 +703,7 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
     copy_commit();
   };
   auto reduce = [&](Sum s) {
-    s = group_reduce<false>(s, G, red, parity);
+    s = group_reduce<MAP>(s, G, red, parity);
     if constexpr (CL == ROW_SHARE) {
       s = cluster_row_sum(s, ex, uses & 1, grp, lane, C, (uses >> 1) & 1);
       uses++;
@@ -1109,12 +1114,15 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
   const int64_t pw = grad_cols(k).pw;
   const bool dw = pw > 0, atomic = k->reduce == NLK_REDUCE_ATOMIC;
   const int64_t ncols = (k->N + share - 1) / share; /* the columns a CTA holds (at most) */
-  Want want{k->bwd.items, k->bwd.block, k->bwd.blockrow_block};
+  Want want{k->bwd.items, k->bwd.block, k->bwd.blockrow_block, k->bwd.whole_warps != 0};
   /* the pipelined kernel stages x, dy (dres) and rstd (and mean) per row, but holds single
    * 16-bit elements in registers (HELD), rmsnorm.bwd.held_items a thread */
   const int pack = pick_vec(k, ncols, elt) * elt;
   const bool held = cand.rows == Rows::STRIDE && pack < 4;
   const int streams = held ? 0 : k->dres ? 3 : 2, scalars = held ? 0 : norm_of(k) == Norm::LN ? 2 : 1;
+  /* whole warps: 16-byte packs (bwd_stride's GroupMap::ROUNDED), and persistent only, whose
+   * grid takes as many CTAs as fit (partials' one CTA per SM would be one row per SM) */
+  want.whole_warps = want.whole_warps && pack == 16 && s == Strategy::PERSISTENT;
   if (held)
     want.items = k->bwd.held_items;
   *p = BwdPlan{};

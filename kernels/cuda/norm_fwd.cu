@@ -648,7 +648,7 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
 {
   pdl_begin(a.pdl);
   Epi<T, OUT> e(o);
-  const Group g(a.group, true, Lanes<LANES>{});
+  const Group g(a.group, GroupMap::ANY_CTA, Lanes<LANES>{});
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
   const int64_t row = g.one_row();
   const bool active = row < a.M;
@@ -824,7 +824,7 @@ __global__ void __launch_bounds__(pipe_limits(OUT)(ITEMS), pipe_limits(OUT).ctas
   pdl_begin(a.pdl);
   Epi<T, OUT> e(o);
   using P = Pack<T, VEC>;
-  const Group g(a.group, false);
+  const Group g(a.group, GroupMap::POW2);
   const int G = g.G, grp = g.idx, lane = g.lane, nvec = a.N / VEC, S = a.stages;
   const int64_t step = (int64_t)gridDim.x * g.per_cta;
   extern __shared__ __align__(16) float dyn[];

@@ -104,11 +104,13 @@ struct RowCfg {
 __host__ inline int rows_per_cta(const RowCfg &c) { return c.block / c.group; }
 
 /* What a pass's settings ask of a layout (nlk_fwd_tune / nlk_bwd_tune): packs per thread to
- * aim for, the preferred CTA size of GROUPS and STRIDE, the CTA size of WARP. */
+ * aim for, the preferred CTA size of GROUPS and STRIDE, the CTA size of WARP, and whether a
+ * STRIDE row whose threads are not a power of two takes a CTA of whole warps sized to it. */
 struct Want {
   int items;
   int block;
   int warp_block;
+  bool whole_warps = false;
 };
 
 /* Shared memory that a pipelined launch stages per thread: `per_item` bytes for each pack
@@ -211,6 +213,10 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows,
        * 320 threads where 512 left 37% of them idle (row 2093 -> GB/s at 1024 x 5120, H100) */
       c.group = per <= 32 ? 32 : (int)((per + 31) / 32 * 32);
       c.block = c.group;
+    } else if (rows == Rows::STRIDE && want.whole_warps && per > 32 && (per + 31) / 32 * 32 < group) {
+      /* one row a CTA, every warp busy: a 5120-column bf16 row at 2 packs a thread is 320
+       * threads, where a group of 512 leaves 37% of them idle */
+      c.group = c.block = (int)((per + 31) / 32 * 32);
     } else if (limits.max_group && group > limits.max_group) {
       continue;
     } else {
