@@ -54,6 +54,7 @@ typedef struct nl_knobs {
   /* add_rmsnorm's */
   struct {
     int64_t blockrow_max_n, narrow_max_n;
+    int32_t whole_warps; /* the kernels' rmsnorm.bwd.whole_warps for add_rmsnorm */
   } add_bwd;
   /* the kernels' tuning, copied into nlk_norm */
   nlk_fwd_tune fwd;

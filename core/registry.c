@@ -543,6 +543,8 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
   if (op == NL_OP_LAYERNORM) {
     plan->k.bwd.share_n = plan->kn.ln_bwd.share_n;
     plan->k.bwd.items = plan->kn.ln_bwd.items;
+  } else if (op == NL_OP_ADD_RMSNORM) {
+    plan->k.bwd.whole_warps = plan->kn.add_bwd.whole_warps;
   }
   plan->k.tr = plan->kn.tr;
   v = find(op, pass, strategy, backend);

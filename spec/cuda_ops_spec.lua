@@ -743,7 +743,7 @@ describe("CUDA ops #cuda", function()
     end
   end)
 
-  it_cuda("a row's CTA of whole warps (rmsnorm.bwd.whole_warps)", function()
+  it_cuda("a row's CTA of whole warps (rmsnorm.bwd.whole_warps, add_rmsnorm's twin)", function()
     -- rows whose packs need a thread count that is not a power of two: 5120 bf16 columns at 2
     -- / 4 packs a thread are 320 / 160 threads, LayerNorm's 12288 shared by 2 are 192 at 4,
     -- 1280 at 2 are 96 (3 warps); fp32's 5120 are 320 at 4; the sum over the CTA's warps then
@@ -763,7 +763,8 @@ describe("CUDA ops #cuda", function()
       reference(p)
       for _, items in ipairs({2, 4}) do
         for whole = 0, 1 do
-          with_settings({["rmsnorm.bwd.whole_warps"] = whole, ["rmsnorm.bwd.items"] = items,
+          with_settings({["rmsnorm.bwd.whole_warps"] = whole, ["add_rmsnorm.bwd.whole_warps"] = whole,
+            ["rmsnorm.bwd.items"] = items,
             ["layernorm.bwd.items"] = items,
             ["rmsnorm.bwd.stages"] = items == 2 and 2 or 3, ["layernorm.bwd.share_n"] = 8192,
             ["rmsnorm.bwd.share_n"] = 16384, ["rmsnorm.bwd.fused_reduce"] = items == 4 and 1 or 0},

@@ -23,7 +23,7 @@ local SETTINGS = {
   {["rmsnorm.fwd.ctas_per_sm"] = 2, ["rmsnorm.fwd.loop_ctas_per_sm"] = 3},
   {["rmsnorm.fwd.skew_items"] = 1, ["rmsnorm.fwd.skew_wide_n"] = 0},
   {["rmsnorm.bwd.items"] = 1}, {["rmsnorm.bwd.items"] = 8}, {["layernorm.bwd.items"] = 4},
-  {["rmsnorm.bwd.whole_warps"] = 0},
+  {["rmsnorm.bwd.whole_warps"] = 0}, {["add_rmsnorm.bwd.whole_warps"] = 1},
   {["rmsnorm.bwd.cluster"] = 2}, {["rmsnorm.bwd.cluster"] = 8},
   {["rmsnorm.bwd.share_n"] = 512, ["rmsnorm.bwd.fp32_share_n"] = 512, ["rmsnorm.bwd.share_max"] = 8,
    ["rmsnorm.bwd.block"] = 128},

@@ -40,6 +40,7 @@ for _, pass in ipairs(passes) do
     nl.set("rmsnorm.fwd.reload_min_m", 1)
   end
   nl.set("rmsnorm.bwd.whole_warps", pass.whole_warps and 1 or 0)
+  nl.set("add_rmsnorm.bwd.whole_warps", pass.whole_warps and 1 or 0)
   for _, s in ipairs(pass.shapes) do
     local M, N = s[1], s[2]
     -- bf16 with weights of its own dtype (held in registers by the pipelined kernels) and
