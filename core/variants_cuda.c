@@ -172,7 +172,7 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "add_rmsnorm.fwd.blockrow_max_n, staged up to add_rmsnorm.fwd.staged_max_waves)",           \
       AUTO_LIMITS),                                                                               \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \
-      "fp32 temp and a column-reduce kernel (the old design)", LIMITS),                            \
+      "fp32 temp and a column-reduce kernel (the old design)", LIMITS),                           \
   BWD(O, OP, "blockrow", PARTIALS | ATOMIC, NL_REDUCE_PARTIALS, NULL, "a warp or less per row, "  \
       "rmsnorm.bwd.blockrow_block threads per CTA; (CTAs x N) fp32 partials + reduce kernel",     \
       BR_LIMITS),                                                                                 \

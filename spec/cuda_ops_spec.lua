@@ -764,8 +764,7 @@ describe("CUDA ops #cuda", function()
       for _, items in ipairs({2, 4}) do
         for whole = 0, 1 do
           with_settings({["rmsnorm.bwd.whole_warps"] = whole, ["add_rmsnorm.bwd.whole_warps"] = whole,
-            ["rmsnorm.bwd.items"] = items,
-            ["layernorm.bwd.items"] = items,
+            ["rmsnorm.bwd.items"] = items, ["layernorm.bwd.items"] = items,
             ["rmsnorm.bwd.stages"] = items == 2 and 2 or 3, ["layernorm.bwd.share_n"] = 8192,
             ["rmsnorm.bwd.share_n"] = 16384, ["rmsnorm.bwd.fused_reduce"] = items == 4 and 1 or 0},
             function()

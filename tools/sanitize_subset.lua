@@ -27,7 +27,8 @@ end
 -- Every shape, then two of them again with programmatic dependent launch (cuda.pdl), then
 -- two with RMSNorm's one-row kernels reading x twice (fwd_reload; by default only from 4096
 -- columns and rows on an H200, never on an H100), then two whose pipelined backward rows take
--- CTAs of whole warps that are not a power of two (rmsnorm.bwd.whole_warps).
+-- CTAs of whole warps that are not a power of two (rmsnorm.bwd.whole_warps, on by default,
+-- and add_rmsnorm's twin, off by default).
 local passes = {{pdl = 0, shapes = {{3, 7}, {37, 64}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 8191}, {3, 40000}}},
   {pdl = 1, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}},
   {pdl = 0, reload = true, shapes = {{37, 1024}, {9, 4096}}},
@@ -39,8 +40,10 @@ for _, pass in ipairs(passes) do
     nl.set("rmsnorm.fwd.reload_min_n", 1)
     nl.set("rmsnorm.fwd.reload_min_m", 1)
   end
-  nl.set("rmsnorm.bwd.whole_warps", pass.whole_warps and 1 or 0)
-  nl.set("add_rmsnorm.bwd.whole_warps", pass.whole_warps and 1 or 0)
+  if pass.whole_warps then
+    nl.set("rmsnorm.bwd.whole_warps", 1)
+    nl.set("add_rmsnorm.bwd.whole_warps", 1)
+  end
   for _, s in ipairs(pass.shapes) do
     local M, N = s[1], s[2]
     -- bf16 with weights of its own dtype (held in registers by the pipelined kernels) and
@@ -264,6 +267,8 @@ nl.reset("transpose.tile_m")
 nl.reset("transpose.tile_n")
 nl.reset("rmsnorm.fwd.reload_min_n")
 nl.reset("rmsnorm.fwd.reload_min_m")
+nl.reset("rmsnorm.bwd.whole_warps")
+nl.reset("add_rmsnorm.bwd.whole_warps")
 local x = dev:randn({37, 1024}, "bf16", {seed = 10})
 local y, rstd, yt = nl.rmsnorm(x, nil, {variant = "row", transpose = "external"})
 dev:sync()
