@@ -1114,7 +1114,6 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
   const int64_t pw = grad_cols(k).pw;
   const bool dw = pw > 0, atomic = k->reduce == NLK_REDUCE_ATOMIC;
   const int64_t ncols = (k->N + share - 1) / share; /* the columns a CTA holds (at most) */
-  Want want{k->bwd.items, k->bwd.block, k->bwd.blockrow_block, k->bwd.whole_warps != 0};
   /* the pipelined kernel stages x, dy (dres) and rstd (and mean) per row, but holds single
    * 16-bit elements in registers (HELD), rmsnorm.bwd.held_items a thread */
   const int pack = pick_vec(k, ncols, elt) * elt;
@@ -1122,9 +1121,8 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
   const int streams = held ? 0 : k->dres ? 3 : 2, scalars = held ? 0 : norm_of(k) == Norm::LN ? 2 : 1;
   /* whole warps: 16-byte packs (bwd_stride's GroupMap::ROUNDED), and persistent only, whose
    * grid takes as many CTAs as fit (partials' one CTA per SM would be one row per SM) */
-  want.whole_warps = want.whole_warps && pack == 16 && s == Strategy::PERSISTENT;
-  if (held)
-    want.items = k->bwd.held_items;
+  const Want want{held ? k->bwd.held_items : k->bwd.items, k->bwd.block, k->bwd.blockrow_block,
+                  k->bwd.whole_warps != 0 && pack == 16 && s == Strategy::PERSISTENT};
   *p = BwdPlan{};
   p->rows = cand.rows;
   p->cluster = 1;

@@ -197,6 +197,7 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows,
     target = target * 16 / pack > MAX_ITEMS ? MAX_ITEMS : pow2ceil(target * 16 / pack);
   for (int items = target; items <= MAX_ITEMS; items *= 2) {
     const int64_t per = (nvec + items - 1) / items; /* threads that cover the row */
+    const int whole = per <= 32 ? 32 : (int)((per + 31) / 32 * 32); /* whole warps that do */
     int group = pow2ceil(per);
     c.items = items;
     c.group = group;
@@ -211,12 +212,11 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows,
     if (rows == Rows::CTA || rows == Rows::SKEW) {
       /* whole warps, not a power of two: a 5120-column bf16 row at 2 packs per thread takes
        * 320 threads where 512 left 37% of them idle (row 2093 -> GB/s at 1024 x 5120, H100) */
-      c.group = per <= 32 ? 32 : (int)((per + 31) / 32 * 32);
-      c.block = c.group;
-    } else if (rows == Rows::STRIDE && want.whole_warps && per > 32 && (per + 31) / 32 * 32 < group) {
+      c.group = c.block = whole;
+    } else if (rows == Rows::STRIDE && want.whole_warps && whole < group) {
       /* one row a CTA, every warp busy: a 5120-column bf16 row at 2 packs a thread is 320
        * threads, where a group of 512 leaves 37% of them idle */
-      c.group = c.block = (int)((per + 31) / 32 * 32);
+      c.group = c.block = whole;
     } else if (limits.max_group && group > limits.max_group) {
       continue;
     } else {
