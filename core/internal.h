@@ -47,7 +47,8 @@ typedef struct nl_knobs {
   } rms_bwd;
   /* LayerNorm's twins of rms_bwd's, where its best value differs */
   struct {
-    int64_t blockrow_max_n, narrow_max_n, row_max_n;
+    int64_t blockrow_max_n, narrow_max_n, narrow_max_m, row_max_n;
+    int64_t partials_max_n; /* LayerNorm only: partials up to this many columns, narrow_max_m rows */
     int64_t share_n; /* the kernels' rmsnorm.bwd.share_n for LayerNorm */
     int32_t items;   /* and their rmsnorm.bwd.items */
   } ln_bwd;
@@ -65,7 +66,7 @@ typedef struct nl_knobs {
 /* build_id.c, generated: SHA-256 over kernels/, the registry lines and the build configuration */
 extern const char nl__build_id[];
 
-enum { NL_SETTINGS_MAX = 80 };
+enum { NL_SETTINGS_MAX = 96 };
 
 /* Scratch memory of one device, grown on demand and kept for the context's lifetime. */
 typedef struct nl_ws {

@@ -89,7 +89,8 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
  * partials below; a requested reduction steers it to a variant that has one (temp: row;
  * partials: not row; atomic: not partials). LayerNorm and add_rmsnorm take their own twins of
  * some of these (layernorm.bwd.*, add_rmsnorm.bwd.*: LayerNorm's row keeps two temps, dW's
- * and dB's, and both ops' extra row traffic moves the crossovers). */
+ * and dB's, and both ops' extra row traffic moves the crossovers); LayerNorm's narrow rows
+ * also take partials up to layernorm.bwd.partials_max_n columns past the blockrow bands. */
 static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
 {
   const int ln = k->op == NLK_LAYERNORM, add = k->op == NLK_ADD_RMSNORM;
@@ -104,10 +105,13 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
   if (k->reduce == NLK_REDUCE_TEMP ||
       (!partials && k->M < kn->rms_bwd.partials_min_m && k->N <= row_max_n))
     return "row";
+  const int64_t narrow_max_m = ln ? kn->ln_bwd.narrow_max_m : kn->rms_bwd.narrow_max_m;
   if (((k->N <= blockrow_max_n && k->M <= kn->rms_bwd.blockrow_max_m) ||
-       (k->N <= narrow_max_n && k->M <= kn->rms_bwd.narrow_max_m)) &&
+       (k->N <= narrow_max_n && k->M <= narrow_max_m)) &&
       nl__fits(NL_CUDA, NL_BWD, "blockrow", k))
     return "blockrow";
+  if (ln && !atomic && k->N <= kn->ln_bwd.partials_max_n && k->M <= narrow_max_m)
+    return "partials";
   if (k->M >= kn->rms_bwd.persistent_min_m)
     return k->dt == NLK_F32 && !atomic && k->N <= kn->rms_bwd.fp32_partials_max_n &&
                    nlk_cuda_pack_elems(k) > 1
@@ -190,7 +194,8 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "rmsnorm.bwd.persistent_min_m rows (fp32 in 16-byte packs: partials up to "                 \
       "rmsnorm.bwd.fp32_partials_max_n), partials below; a requested reduction steers it to a "   \
       "variant that has one (temp: row; partials: not row; atomic: not partials; LayerNorm: "     \
-      "layernorm.bwd.row_max_n and blockrow_max_n; add_rmsnorm: "                                 \
+      "layernorm.bwd.row_max_n, blockrow_max_n, narrow_max_n and narrow_max_m, and partials up "  \
+      "to layernorm.bwd.partials_max_n columns for at most narrow_max_m rows; add_rmsnorm: "      \
       "add_rmsnorm.bwd.blockrow_max_n and narrow_max_n)", AUTO_LIMITS)
 
 const nl_variant nl__cuda_variants[] = {

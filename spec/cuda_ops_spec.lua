@@ -1167,28 +1167,46 @@ describe("CUDA ops #cuda", function()
       assert.are.equal("rmsnorm.bwd.partials", pick(15, 2048, "bf16"))
       assert.are.equal("rmsnorm.bwd.row", pick(15, 2048, "bf16", "temp"))
     end)
-    -- LayerNorm follows its twins of row_max_n and blockrow_max_n, LayerNorm and add_rmsnorm
-    -- their twins of blockrow_max_n and narrow_max_n, RMSNorm none
+    -- LayerNorm follows its twins of row_max_n, blockrow_max_n and narrow_max_m, LayerNorm and
+    -- add_rmsnorm their twins of blockrow_max_n and narrow_max_n, RMSNorm none
     with_settings({["rmsnorm.bwd.partials_min_m"] = 16, ["rmsnorm.bwd.row_max_n"] = 2048,
       ["layernorm.bwd.row_max_n"] = 1024, ["rmsnorm.bwd.persistent_min_m"] = 8,
       ["rmsnorm.bwd.blockrow_max_n"] = 256,
       ["layernorm.bwd.blockrow_max_n"] = 128, ["rmsnorm.bwd.blockrow_max_m"] = 64,
-      ["rmsnorm.bwd.narrow_max_n"] = 0, ["layernorm.bwd.narrow_max_n"] = 0}, function()
+      ["rmsnorm.bwd.narrow_max_n"] = 0, ["layernorm.bwd.narrow_max_n"] = 0,
+      ["layernorm.bwd.partials_max_n"] = 0}, function()
       assert.are.equal("layernorm.bwd.row", pick(15, 1024, "bf16", nil, "layernorm"))
       assert.are.equal("layernorm.bwd.persistent", pick(15, 2048, "bf16", nil, "layernorm"))
       assert.are.equal("rmsnorm.bwd.row", pick(15, 2048, "bf16"))
       assert.are.equal("layernorm.bwd.blockrow", pick(64, 128, "bf16", nil, "layernorm"))
       assert.are.equal("layernorm.bwd.persistent", pick(64, 256, "bf16", nil, "layernorm"))
       assert.are.equal("rmsnorm.bwd.blockrow", pick(64, 256, "bf16"))
-      for _, op in ipairs({"add_rmsnorm", "layernorm"}) do
-        with_settings({[op .. ".bwd.blockrow_max_n"] = 0, ["rmsnorm.bwd.narrow_max_n"] = 512,
-          [op .. ".bwd.narrow_max_n"] = 128, ["rmsnorm.bwd.narrow_max_m"] = 32}, function()
+      -- the narrow band's rows: add_rmsnorm takes RMSNorm's narrow_max_m, LayerNorm its twin
+      -- (RMSNorm's own band here: 512 columns for at most 16 rows)
+      for op, rows in pairs({add_rmsnorm = "rmsnorm", layernorm = "layernorm"}) do
+        local set = {[op .. ".bwd.blockrow_max_n"] = 0, ["rmsnorm.bwd.narrow_max_n"] = 512,
+          [op .. ".bwd.narrow_max_n"] = 128, ["rmsnorm.bwd.narrow_max_m"] = 16}
+        set[rows .. ".bwd.narrow_max_m"] = 32
+        with_settings(set, function()
           assert.are.equal(op .. ".bwd.persistent", pick(64, 128, "bf16", nil, op))
           assert.are.equal(op .. ".bwd.blockrow", pick(32, 128, "bf16", nil, op))
           assert.are.equal(op .. ".bwd.persistent", pick(32, 256, "bf16", nil, op))
-          assert.are.equal("rmsnorm.bwd.blockrow", pick(32, 256, "bf16"))
+          assert.are.equal("rmsnorm.bwd.blockrow", pick(16, 512, "bf16"))
+          assert.are.equal(op == "layernorm" and "rmsnorm.bwd.persistent" or "rmsnorm.bwd.blockrow",
+            pick(32, 512, "bf16"))
         end)
       end
+      -- LayerNorm's narrow rows take partials up to partials_max_n columns past the blockrow
+      -- bands, unless an atomic dW asks for persistent; RMSNorm's do not
+      with_settings({["layernorm.bwd.partials_max_n"] = 2048, ["layernorm.bwd.narrow_max_m"] = 32},
+        function()
+          assert.are.equal("layernorm.bwd.blockrow", pick(32, 128, "bf16", nil, "layernorm"))
+          assert.are.equal("layernorm.bwd.partials", pick(32, 2048, "bf16", nil, "layernorm"))
+          assert.are.equal("layernorm.bwd.persistent", pick(32, 2048, "bf16", "atomic", "layernorm"))
+          assert.are.equal("layernorm.bwd.persistent", pick(32, 4096, "bf16", nil, "layernorm"))
+          assert.are.equal("layernorm.bwd.persistent", pick(33, 2048, "bf16", nil, "layernorm"))
+          assert.are.equal("rmsnorm.bwd.persistent", pick(32, 2048, "bf16"))
+        end)
     end)
   end)
 
