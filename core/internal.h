@@ -38,7 +38,7 @@ typedef struct nl_knobs {
   } ln_fwd;
   /* add_rmsnorm's */
   struct {
-    int64_t blockrow_max_n;
+    int64_t blockrow_max_n, narrow_min_m;
     double staged_max_waves;
   } add_fwd;
   struct {

@@ -41,21 +41,22 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
  * with many rows, and its persistent kernel lost the few wide rows to row), and, y in x's
  * dtype, staged where row's CTAs need at least layernorm.fwd.staged_min_waves waves (staged
  * holds no row in registers: more rows in flight per SM, which only a grid of several waves
- * uses). add_rmsnorm takes its own blockrow_max_n (add_rmsnorm.fwd.*: the residual's packs),
- * and for a y in x's dtype staged instead of row where row's CTAs need more than one wave and
- * at most add_rmsnorm.fwd.staged_max_waves while staged's fit one (the residual's registers
- * leave row's one-wave doublings short there, and a CTA per row lives about two round trips;
- * wide fp32 rows fill staged's shared memory).
+ * uses). add_rmsnorm takes its own blockrow_max_n and narrow_min_m (add_rmsnorm.fwd.*: the
+ * residual's packs), and for a y in x's dtype staged instead of row where row's CTAs need
+ * more than one wave and at most add_rmsnorm.fwd.staged_max_waves while staged's fit one
+ * (the residual's registers leave row's one-wave doublings short there, and a CTA per row
+ * lives about two round trips; wide fp32 rows fill staged's shared memory).
  * The thresholds come from the H100 and H200 crossovers (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
-  const int ln = k->op == NLK_LAYERNORM;
+  const int ln = k->op == NLK_LAYERNORM, add = k->op == NLK_ADD_RMSNORM;
   const int64_t row_min_n =
       ln && k->M >= kn->rms_fwd.blockrow_min_m ? kn->ln_fwd.row_min_n : kn->rms_fwd.row_min_n;
-  const int64_t narrow_min_m = ln ? kn->ln_fwd.narrow_min_m : kn->rms_fwd.narrow_min_m;
+  const int64_t narrow_min_m = ln    ? kn->ln_fwd.narrow_min_m
+                               : add ? kn->add_fwd.narrow_min_m
+                                     : kn->rms_fwd.narrow_min_m;
   const int64_t persistent_max_m = ln ? kn->ln_fwd.persistent_max_m : kn->rms_fwd.persistent_max_m;
-  const int64_t blockrow_max_n =
-      k->op == NLK_ADD_RMSNORM ? kn->add_fwd.blockrow_max_n : kn->rms_fwd.blockrow_max_n;
+  const int64_t blockrow_max_n = add ? kn->add_fwd.blockrow_max_n : kn->rms_fwd.blockrow_max_n;
   const int plain_y = !nlk_is_fp8(k->ydt) && !k->yt;
   if (k->N >= kn->rms_fwd.staged_min_n && nl__fits(NL_CUDA, NL_FWD, "staged", k))
     return "staged";
@@ -173,7 +174,8 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "rmsnorm.fwd.persistent_max_m from rmsnorm.fwd.persistent_min_n columns, row otherwise "    \
       "(LayerNorm: layernorm.fwd.narrow_min_m, row_min_n, persistent_max_m, and staged from "     \
       "layernorm.fwd.staged_min_waves of row's waves; add_rmsnorm: "                              \
-      "add_rmsnorm.fwd.blockrow_max_n, staged up to add_rmsnorm.fwd.staged_max_waves)",           \
+      "add_rmsnorm.fwd.blockrow_max_n, narrow_min_m, staged up to "                               \
+      "add_rmsnorm.fwd.staged_max_waves)",                                                        \
       AUTO_LIMITS),                                                                               \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \
       "fp32 temp and a column-reduce kernel (the old design)", LIMITS),                           \

@@ -1011,9 +1011,20 @@ describe("CUDA ops #cuda", function()
       end)
     end)
     free(m, r)
-    -- add_rmsnorm follows its twin of blockrow_max_n
+    -- add_rmsnorm follows its twins of blockrow_max_n and narrow_min_m
     local res, ro = cuda:randn({64, 1024}, "bf16", {seed = 4}), cuda:empty({64, 1024}, "bf16")
     local add = {x = x, y = y, residual = res, residual_out = ro, eps = 1e-6}
+    local add_narrow = {["rmsnorm.fwd.blockrow_max_n"] = 1024, ["add_rmsnorm.fwd.blockrow_max_n"] = 1024,
+      ["rmsnorm.fwd.blockrow_max_m"] = 63, ["rmsnorm.fwd.blockrow_min_m"] = 64,
+      ["rmsnorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.narrow_min_m"] = 64,
+      ["add_rmsnorm.fwd.narrow_min_m"] = 65}
+    with_settings(add_narrow, function()
+      assert.are.equal("add_rmsnorm.fwd.row", nl.resolve("add_rmsnorm.fwd.auto", add))
+      assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", args))
+      with_settings({["add_rmsnorm.fwd.narrow_min_m"] = 64}, function()
+        assert.are.equal("add_rmsnorm.fwd.blockrow", nl.resolve("add_rmsnorm.fwd.auto", add))
+      end)
+    end)
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["add_rmsnorm.fwd.blockrow_max_n"] = 512,
       ["rmsnorm.fwd.blockrow_max_m"] = 64, ["rmsnorm.fwd.blockrow_min_m"] = 1}, function()
         assert.are.equal("add_rmsnorm.fwd.row", nl.resolve("add_rmsnorm.fwd.auto", add))
