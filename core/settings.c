@@ -220,7 +220,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA auto backward, LayerNorm: rmsnorm.bwd.narrow_max_n's twin, with layernorm.bwd.narrow_max_m (bf16, 1024 rows: blockrow led by 4-8% at N = 192 to 512 on an H200, by up to 22% at 384 / 512 on an H100)"},
   {.key = "layernorm.bwd.narrow_max_m", AT(ln_bwd.narrow_max_m, I64),
    .def = 1024, .min = 1, .max = M12,
-   .doc = "CUDA auto backward, LayerNorm: rmsnorm.bwd.narrow_max_m's twin, the rows up to which blockrow takes N up to layernorm.bwd.narrow_max_n and partials N up to layernorm.bwd.partials_max_n (H200 bf16: at 4096 rows persistent or partials led blockrow by 5-24% from 192 columns)"},
+   .doc = "CUDA auto backward, LayerNorm: rmsnorm.bwd.narrow_max_m's twin, the rows up to which blockrow takes N up to layernorm.bwd.narrow_max_n and partials N up to layernorm.bwd.partials_max_n (H200 bf16, 192 to 512 columns: persistent or partials led blockrow by 5-21% at 4096 rows and by 30-40% at 16384)"},
   {.key = "layernorm.bwd.partials_max_n", AT(ln_bwd.partials_max_n, I64),
    .def = 3072, .min = 0, .max = N24, .models = {{"H100", 0}},
    .doc = "CUDA auto backward, LayerNorm: partials (not persistent) for N up to this past the blockrow bands when M is at most layernorm.bwd.narrow_max_m (H200 bf16, 1024 rows: partials led persistent by 11% / 4% / 9% at N = 1536 / 2048 / 3072, tied at 4096, behind by 5-11% at 5120 to 12288; 0: never; the H100 is not measured past 1024 x 1536, where partials led by 8%)"},

@@ -103,10 +103,10 @@ static const char *auto_bwd(const nl_knobs *kn, const nlk_norm *k)
   const int64_t narrow_max_n = ln    ? kn->ln_bwd.narrow_max_n
                                : add ? kn->add_bwd.narrow_max_n
                                      : kn->rms_bwd.narrow_max_n;
+  const int64_t narrow_max_m = ln ? kn->ln_bwd.narrow_max_m : kn->rms_bwd.narrow_max_m;
   if (k->reduce == NLK_REDUCE_TEMP ||
       (!partials && k->M < kn->rms_bwd.partials_min_m && k->N <= row_max_n))
     return "row";
-  const int64_t narrow_max_m = ln ? kn->ln_bwd.narrow_max_m : kn->rms_bwd.narrow_max_m;
   if (((k->N <= blockrow_max_n && k->M <= kn->rms_bwd.blockrow_max_m) ||
        (k->N <= narrow_max_n && k->M <= narrow_max_m)) &&
       nl__fits(NL_CUDA, NL_BWD, "blockrow", k))
