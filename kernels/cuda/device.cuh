@@ -543,16 +543,43 @@ template <typename T, int VEC, int ITEMS> struct Weights {
  * 16-byte copies bypass L1 (.cg), keeping it for the weight; packs under 4 bytes (fp16/bf16
  * without 16-byte alignment) are copied synchronously. */
 template <typename P>
-__device__ __forceinline__ void copy_async(P *dst, const P *src)
+__device__ __forceinline__ void copy_async(unsigned d, const P *src)
 {
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   if constexpr (sizeof(P) == 16)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
   else if constexpr (sizeof(P) == 4 || sizeof(P) == 8)
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(sizeof(P))
                  : "memory");
-  else
-    *dst = *src;
+  else {
+    static_assert(sizeof(P) == 2, "packs of 2, 4, 8 or 16 bytes");
+    asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(d), "h"(*reinterpret_cast<const unsigned short *>(src))
+                 : "memory");
+  }
+}
+
+template <typename P>
+__device__ __forceinline__ void copy_async(P *dst, const P *src)
+{
+  copy_async((unsigned)__cvta_generic_to_shared(dst), src);
+}
+
+/* A shared-window load of a Staging slot (P of 4, 8 or 16 bytes, or a float) */
+template <typename P> __device__ __forceinline__ P load_shared(unsigned a)
+{
+  P p;
+  if constexpr (sizeof(P) == 16) {
+    uint4 &u = *reinterpret_cast<uint4 *>(&p);
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "r"(a));
+  } else if constexpr (sizeof(P) == 8) {
+    uint2 &u = *reinterpret_cast<uint2 *>(&p);
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(u.x), "=r"(u.y) : "r"(a));
+  } else if constexpr (sizeof(P) == 4) {
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(*reinterpret_cast<unsigned *>(&p)) : "r"(a));
+  } else {
+    static_assert(sizeof(P) == 2, "packs of 2, 4, 8 or 16 bytes");
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(*reinterpret_cast<unsigned short *>(&p)) : "r"(a));
+  }
+  return p;
 }
 
 /* A 16-byte copy as above; last: the line's last read, which L2 may evict first (lifts an
@@ -573,12 +600,14 @@ __device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_gr
 /* Waits until at most `pending` (0..3) of this thread's committed copy groups are in flight. */
 __device__ __forceinline__ void copy_wait(int pending)
 {
-  switch (pending) {
-  case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-  case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-  case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-  default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-  }
+  if (pending == 1) /* the default two stages first: a jump table costs about ten instructions */
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  else if (pending <= 0)
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  else if (pending == 2)
+    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+  else
+    asm volatile("cp.async.wait_group 3;\n" ::: "memory");
 }
 
 /* A thread's private slots in a pipelined kernel's shared memory: for each of `stages` rows
@@ -589,21 +618,24 @@ __device__ __forceinline__ void copy_wait(int pending)
  * (cp.async.wait_group makes a thread's own copies visible to it). The host sizes it with
  * staging_cost (plan.cuh). */
 template <typename P, int ITEMS, int SCALARS = 1> struct Staging {
-  P *packs;
-  float *floats;
-  int stages, streams;
-  __device__ Staging(void *smem, int stages_, int streams_)
-      : packs(static_cast<P *>(smem)), stages(stages_), streams(streams_)
+  unsigned packs, floats; /* this thread's first pack and float, shared-window byte addresses */
+  int pack_b, stage_b, float_b; /* bytes between a thread's packs, its stages' packs, its floats */
+  __device__ Staging(void *smem, int stages, int streams)
   {
-    floats = reinterpret_cast<float *>(packs + (size_t)stages * streams * ITEMS * blockDim.x);
+    const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
+    pack_b = blockDim.x * (int)sizeof(P);
+    stage_b = streams * ITEMS * pack_b;
+    float_b = blockDim.x * (int)sizeof(float);
+    packs = base + threadIdx.x * (unsigned)sizeof(P);
+    floats = base + stages * stage_b + threadIdx.x * (unsigned)sizeof(float);
   }
-  __device__ P *at(int stage, int stream, int item) const
+  __device__ __forceinline__ unsigned at(int stage, int stream, int item) const
   {
-    return packs + ((stage * streams + stream) * ITEMS + item) * blockDim.x + threadIdx.x;
+    return packs + stage * stage_b + (stream * ITEMS + item) * pack_b;
   }
-  __device__ float *scalar(int stage, int k = 0) const
+  __device__ __forceinline__ unsigned scalar(int stage, int k = 0) const
   {
-    return floats + (stage * SCALARS + k) * blockDim.x + threadIdx.x;
+    return floats + (stage * SCALARS + k) * float_b;
   }
 };
 

@@ -740,19 +740,19 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
       copy_wait(S - 1);
     }
     if (!HELD && active) {
-      r = *st.scalar(stage);
+      r = load_shared<float>(st.scalar(stage));
       if (NORM == Norm::LN)
-        mu = *st.scalar(stage, 1);
+        mu = load_shared<float>(st.scalar(stage, 1));
 #pragma unroll
       for (int i = 0; i < ITEMS; i++)
         if (lane + i * G < nvec) {
-          xv[i] = *st.at(stage, 0, i);
-          gv[i] = *st.at(stage, 1, i);
+          xv[i] = load_shared<P>(st.at(stage, 0, i));
+          gv[i] = load_shared<P>(st.at(stage, 1, i));
         }
     }
     wt.refresh();
     process<T, VEC, ITEMS, NORM, HELD>(a, row, active, lane, G, nvec, xv, gv, r, mu, wt, reduce,
-                                       [&](int i, int) { return HELD ? hd[i] : *st.at(stage, 2, i); },
+                                       [&](int i, int) { return HELD ? hd[i] : load_shared<P>(st.at(stage, 2, i)); },
                                        [&](int i, int, const float(&c)[VEC], const float(&cb)[VEC]) {
 #pragma unroll
                                          for (int j = 0; j < VEC; j++) {

@@ -861,9 +861,9 @@ __global__ void __launch_bounds__(pipe_limits(OUT)(ITEMS), pipe_limits(OUT).ctas
 #pragma unroll
       for (int i = 0; i < ITEMS; i++)
         if (lane + i * G < nvec) {
-          xv[i] = *st.at(stage, 0, i);
+          xv[i] = load_shared<P>(st.at(stage, 0, i));
           if (RES)
-            rv[i] = *st.at(stage, 1, i);
+            rv[i] = load_shared<P>(st.at(stage, 1, i));
         }
     process<T, VEC, ITEMS, NORM, RES>(a, e, row, active, lane, G, nvec, xv, rv, wt, red, parity);
     stage = stage + 1 == S ? 0 : stage + 1;

@@ -209,13 +209,11 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows,
         c.block = limits.at(items, pack);
       return c;
     }
-    if (rows == Rows::CTA || rows == Rows::SKEW) {
-      /* whole warps, not a power of two: a 5120-column bf16 row at 2 packs per thread takes
-       * 320 threads where 512 left 37% of them idle (row 2093 -> GB/s at 1024 x 5120, H100) */
-      c.group = c.block = whole;
-    } else if (rows == Rows::STRIDE && want.whole_warps && whole < group) {
-      /* one row a CTA, every warp busy: a 5120-column bf16 row at 2 packs a thread is 320
-       * threads, where a group of 512 leaves 37% of them idle */
+    if (rows == Rows::CTA || rows == Rows::SKEW ||
+        (rows == Rows::STRIDE && want.whole_warps && whole < group)) {
+      /* one row a CTA of whole warps, not a power of two: a 5120-column bf16 row at 2 packs a
+       * thread takes 320 threads where 512 left 37% of them idle (row 2093 -> 2299 GB/s at
+       * 1024 x 5120, H100) */
       c.group = c.block = whole;
     } else if (limits.max_group && group > limits.max_group) {
       continue;
