@@ -615,8 +615,10 @@ __device__ __forceinline__ void copy_wait(int pending)
  * (the backward's rstd and, for LayerNorm, mean). Laid out [stage][stream][item][thread],
  * then [stage][scalar][thread], so a warp's copies fill consecutive addresses; only the
  * thread that copies a slot reads it, so no barrier guards the slots
- * (cp.async.wait_group makes a thread's own copies visible to it). The host sizes it with
- * staging_cost (plan.cuh). */
+ * (cp.async.wait_group makes a thread's own copies visible to it). Slots are shared-window
+ * addresses (copy_async's and load_shared's): from generic pointers the compiler rebuilt
+ * dyn's address at every copy, in a loop whose instructions bound it (docs/kernels.md, "The
+ * staging's addresses"). The host sizes it with staging_cost (plan.cuh). */
 template <typename P, int ITEMS, int SCALARS = 1> struct Staging {
   unsigned packs, floats; /* this thread's first pack and float, shared-window byte addresses */
   int pack_b, stage_b, float_b; /* bytes between a thread's packs, its stages' packs, its floats */
