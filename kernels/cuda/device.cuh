@@ -563,7 +563,8 @@ __device__ __forceinline__ void copy_async(P *dst, const P *src)
   copy_async((unsigned)__cvta_generic_to_shared(dst), src);
 }
 
-/* A shared-window load of a Staging slot (P of 4, 8 or 16 bytes, or a float) */
+/* A shared-window load of a Staging slot (a float, or a pack of 4, 8 or 16 bytes; 2-byte packs
+ * only compile: the held backward reads its rows from registers) */
 template <typename P> __device__ __forceinline__ P load_shared(unsigned a)
 {
   P p;
