@@ -563,8 +563,9 @@ __device__ __forceinline__ void copy_async(P *dst, const P *src)
   copy_async((unsigned)__cvta_generic_to_shared(dst), src);
 }
 
-/* A shared-window load of a Staging slot (a float, or a pack of 4, 8 or 16 bytes; 2-byte packs
- * only compile: the held backward reads its rows from registers) */
+/* A shared-window load of a Staging slot (a float, or a pack of 2, 4, 8 or 16 bytes; 2-byte
+ * packs come from the persistent forward's rows of single 16-bit elements, which copy_async
+ * stores synchronously; the held backward keeps its rows in registers instead) */
 template <typename P> __device__ __forceinline__ P load_shared(unsigned a)
 {
   P p;

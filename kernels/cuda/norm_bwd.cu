@@ -739,20 +739,27 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
       fetch(row + (S - 1) * step, stage == 0 ? S - 1 : stage - 1);
       copy_wait(S - 1);
     }
-    if (!HELD && active) {
-      r = load_shared<float>(st.scalar(stage));
-      if (NORM == Norm::LN)
-        mu = load_shared<float>(st.scalar(stage, 1));
+    if constexpr (!HELD) {
+      if (active) {
+        r = load_shared<float>(st.scalar(stage));
+        if (NORM == Norm::LN)
+          mu = load_shared<float>(st.scalar(stage, 1));
 #pragma unroll
-      for (int i = 0; i < ITEMS; i++)
-        if (lane + i * G < nvec) {
-          xv[i] = load_shared<P>(st.at(stage, 0, i));
-          gv[i] = load_shared<P>(st.at(stage, 1, i));
-        }
+        for (int i = 0; i < ITEMS; i++)
+          if (lane + i * G < nvec) {
+            xv[i] = load_shared<P>(st.at(stage, 0, i));
+            gv[i] = load_shared<P>(st.at(stage, 1, i));
+          }
+      }
     }
     wt.refresh();
     process<T, VEC, ITEMS, NORM, HELD>(a, row, active, lane, G, nvec, xv, gv, r, mu, wt, reduce,
-                                       [&](int i, int) { return HELD ? hd[i] : load_shared<P>(st.at(stage, 2, i)); },
+                                       [&](int i, int) {
+                                         if constexpr (HELD)
+                                           return hd[i];
+                                         else
+                                           return load_shared<P>(st.at(stage, 2, i));
+                                       },
                                        [&](int i, int, const float(&c)[VEC], const float(&cb)[VEC]) {
 #pragma unroll
                                          for (int j = 0; j < VEC; j++) {
