@@ -244,15 +244,17 @@ __host__ inline RowCfg loop_cfg(const nlk_norm *k, int64_t n, int elt)
 }
 
 /* STRIDE's layout: the most stages, from `stages` down to 2, whose staging (`streams` packs
- * and `scalars` floats per thread and stage) fits the shared memory, and the row layout for
- * them in c. 0 when not even two fit (c.items is then 0 too). */
+ * and `scalars` floats per thread and stage, and `item_bytes` per pack once, outside the
+ * stages) fits the shared memory, and the row layout for them in c. 0 when not even two fit
+ * (c.items is then 0 too). */
 __host__ inline int fit_stages(const nlk_norm *k, int64_t n, int elt, BlockLimits limits, Want want,
-                               int stages, int streams, int scalars, RowCfg *c)
+                               int stages, int streams, int scalars, RowCfg *c, int item_bytes = 0)
 {
   const int pack = pick_vec(k, n, elt) * elt;
   for (int s = stages < 2 ? 2 : stages; s >= 2; s--) {
-    *c = row_cfg(k, n, elt, Rows::STRIDE, limits, want,
-                 staging_cost(s, streams, pack, scalars, smem_budget(k)));
+    SmemCost cost = staging_cost(s, streams, pack, scalars, smem_budget(k));
+    cost.per_item += item_bytes;
+    *c = row_cfg(k, n, elt, Rows::STRIDE, limits, want, cost);
     if (c->items != 0)
       return s;
   }
