@@ -718,8 +718,8 @@ describe("CUDA ops #cuda", function()
   end)
 
   -- LayerNorm's rows are shared from layernorm.bwd.share_n columns, RMSNorm's from
-  -- rmsnorm.bwd.share_n: 12288 bf16 columns fit one CTA's registers for RMSNorm (384 threads
-  -- at 4 packs), not for LayerNorm (256 at most), which runs the looping kernel unshared.
+  -- rmsnorm.bwd.share_n: 12288 bf16 columns fit one CTA (384 threads at 4 packs) for both ops,
+  -- LayerNorm's dB summed in shared memory there, and are shared by 2 below 12288.
   it_cuda("LayerNorm's rows shared from its own share_n (layernorm.bwd.share_n)", function()
     if not has_ln or cuda.info.cc_major < 9 then
       return
@@ -730,12 +730,15 @@ describe("CUDA ops #cuda", function()
       local ln = o.op == "layernorm"
       for _, set in ipairs({{16384, 8192}, {8192, 16384}}) do
         with_settings({["rmsnorm.bwd.share_n"] = set[1], ["layernorm.bwd.share_n"] = set[2],
-          ["rmsnorm.bwd.items"] = 4, ["layernorm.bwd.items"] = 4, ["rmsnorm.bwd.share_max"] = 4}, function()
+          ["rmsnorm.bwd.items"] = 4, ["layernorm.bwd.items"] = 2, ["rmsnorm.bwd.share_max"] = 4}, function()
             for _, v in ipairs({"partials", "persistent"}) do
               local info = checked_bwd_info(p, v)
               local share_n = ln and set[2] or set[1]
               assert.are.equal(share_n < 12288 and 2 or 1, info.cluster,
                 label(p, v, "bwd") .. " at share_n " .. share_n .. ": " .. info.kernel)
+              local items = tonumber(info.kernel:match("^bwd_stride<[^,]+, %d+, (%d+),"))
+              -- LayerNorm asks for 2 packs: the unshared row needs 4 to fit 512 threads
+              assert.are.equal(ln and share_n < 12288 and 2 or 4, items, info.kernel)
             end
           end)
       end

@@ -584,6 +584,13 @@ template <typename P> __device__ __forceinline__ P load_shared(unsigned a)
   return p;
 }
 
+/* A 16-byte store to a shared-window address (bwd_stride's dB sums kept in shared memory) */
+__device__ __forceinline__ void store_shared(unsigned a, const float4 &v)
+{
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(a), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
 /* A 16-byte copy as above; last: the line's last read, which L2 may evict first (lifts an
  * evict_last that the writer gave it: store_stream_or_keep). */
 template <typename P>

@@ -62,13 +62,13 @@ struct BwdArgs {
 /* The largest block per row mapping (CTA: row, WARP: blockrow, STRIDE: the pipelined kernel)
  * and items, from ptxas's register counts for bf16 (the hungriest dtype) so that nothing
  * spills; 0: no kernel with that many packs. STRIDE holds the weight and dW (2 x VEC floats
- * per item) on top of the packs, LayerNorm's dB too: half the threads at 4 packs. */
-constexpr BlockLimits bwd_limits(Rows rows, Norm norm)
+ * per item) on top of the packs, and LayerNorm's dB up to 2 packs; at 4 its dB lives in
+ * shared memory (bwd_stride's DB_SMEM), which would otherwise halve the threads. */
+constexpr BlockLimits bwd_limits(Rows rows, [[maybe_unused]] Norm norm)
 {
   return rows == Rows::CTA    ? BlockLimits{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 0}
          : rows == Rows::WARP ? BlockLimits{{1024, 512, 512, 256}, {1, 1, 1, 1}, 0}
-         : norm == Norm::RMS  ? BlockLimits{{1024, 512, 512, 0}, {1, 1, 1, 1}, 0}
-                              : BlockLimits{{1024, 512, 256, 0}, {1, 1, 1, 1}, 0};
+                              : BlockLimits{{1024, 512, 512, 0}, {1, 1, 1, 1}, 0};
 }
 
 /* The pipelined kernel on rows of single 16-bit elements, which cp.async cannot copy: the next
@@ -588,8 +588,10 @@ __global__ void __launch_bounds__(bwd_limits(R, NORM)(ITEMS)) bwd_one(BwdArgs a)
  * with a trip count uniform across the CTA; idle groups still join the barriers. Stage s of
  * a thread's staging holds its x, dy (and dres) packs and the rstd of the row s iterations
  * ahead; each iteration tops the pipeline up, waits for the oldest stage and works on it from
- * registers. dW stays in registers until the end: the CTA's row of partials (DW_SUM: the
- * cluster's), then (fused) a grid barrier and this CTA's slice of the final reduction.
+ * registers. dW stays in registers until the end (LayerNorm's dB too, but at 4 packs of 16
+ * bytes, where it sits in shared memory to leave room for 512 threads): the CTA's row of
+ * partials (DW_SUM: the cluster's), then (fused) a grid barrier and this CTA's slice of the
+ * final reduction.
  * ROW_SHARE: the C CTAs of a cluster walk the same rows, each over N / C columns (its
  * registers then hold rows C times wider), and exchange each row's sum (cluster_row_sum:
  * asynchronous stores counted in by mbarriers); the cluster writes one partial row, a slice
@@ -630,13 +632,47 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
     zero_spare_slots(red);
   int parity = 0;
   unsigned uses = 0; /* ROW_SHARE: rows exchanged so far */
-  const Staging<P, ITEMS, NORM == Norm::LN ? 2 : 1> st(dyn, S, a.dres ? 3 : 2);
+  constexpr int SCALARS = NORM == Norm::LN ? 2 : 1;
+  const Staging<P, ITEMS, SCALARS> st(dyn, S, a.dres ? 3 : 2);
   using WT = std::conditional_t<HELD, HeldWeights<T, ITEMS>, Weights<T, VEC, ITEMS>>;
   WT wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
   float dw[ITEMS][VEC], db[ITEMS][VEC];
   zero(dw);
   if (NORM == Norm::LN)
     zero(db);
+  /* DB_SMEM (LayerNorm at 4 packs of 16 bytes): dB's sums in shared memory past the staging
+   * instead of registers, a thread's ITEMS x VEC floats in 16-byte slots (slot k of every
+   * thread side by side: no bank conflicts), so that the kernel fits 512 threads as RMSNorm's
+   * 4-pack kernel does; the host sizes it (fit) */
+  constexpr bool DB_SMEM = NORM == Norm::LN && ITEMS == 4 && sizeof(P) == 16;
+  const unsigned db_at = st.floats - threadIdx.x * 4u + S * SCALARS * st.float_b + threadIdx.x * 16u;
+  const unsigned db_slot = blockDim.x * 16u;
+  if constexpr (DB_SMEM) {
+#pragma unroll
+    for (int k = 0; k < ITEMS * VEC / 4; k++)
+      store_shared(db_at + k * db_slot, make_float4(0.f, 0.f, 0.f, 0.f));
+  }
+  /* a row's dW and dB contributions for pack i */
+  auto take = [&](int i, int, const float(&c)[VEC], const float(&cb)[VEC]) {
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      dw[i][j] += c[j];
+      if (NORM == Norm::LN && !DB_SMEM)
+        db[i][j] += cb[j];
+    }
+    if constexpr (DB_SMEM) {
+#pragma unroll
+      for (int q = 0; q < VEC / 4; q++) {
+        const unsigned at = db_at + (i * VEC / 4 + q) * db_slot;
+        float4 b = load_shared<float4>(at);
+        b.x += cb[4 * q];
+        b.y += cb[4 * q + 1];
+        b.z += cb[4 * q + 2];
+        b.w += cb[4 * q + 3];
+        store_shared(at, b);
+      }
+    }
+  };
 
   int64_t begin, end, step;
   if (a.chunk > 0) {
@@ -760,14 +796,7 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
                                          else
                                            return load_shared<P>(st.at(stage, 2, i));
                                        },
-                                       [&](int i, int, const float(&c)[VEC], const float(&cb)[VEC]) {
-#pragma unroll
-                                         for (int j = 0; j < VEC; j++) {
-                                           dw[i][j] += c[j];
-                                           if (NORM == Norm::LN)
-                                             db[i][j] += cb[j];
-                                         }
-                                       });
+                                       take);
     stage = stage + 1 == S ? 0 : stage + 1;
   }
   copy_wait(0);
@@ -777,6 +806,18 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
   /* the CTA's partial row (sharing: its cluster's, from the CTA's first column, recomputed
    * here rather than held in a register across the row loop) */
   float *out = a.partials ? a.partials + unit * a.pw + c0 : NULL;
+  if constexpr (DB_SMEM) { /* cta_grads' rows (ITEMS x VEC floats a thread) end before the staging does */
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++)
+#pragma unroll
+      for (int q = 0; q < VEC / 4; q++) {
+        const float4 b = load_shared<float4>(db_at + (i * VEC / 4 + q) * db_slot);
+        db[i][4 * q] = b.x;
+        db[i][4 * q + 1] = b.y;
+        db[i][4 * q + 2] = b.z;
+        db[i][4 * q + 3] = b.w;
+      }
+  }
   cta_grads<VEC, ITEMS, NORM, CL>(a, dw, db, lane, G, nvec, ncols, out, a.accum, dyn);
   if (a.fused) {
     __threadfence();
@@ -1109,6 +1150,13 @@ bool fit_split(const nlk_norm *k, BwdPlan *p)
   return true;
 }
 
+/* The bytes a thread of the pipelined kernel keeps per pack for dB in shared memory at 4 packs
+ * a thread (bwd_stride's DB_SMEM): LayerNorm's 16-byte packs, a float per element; else 0. */
+__host__ inline int db_smem_bytes(const nlk_norm *k, int pack, int elt)
+{
+  return norm_of(k) == Norm::LN && pack == 16 ? pack / elt * 4 : 0;
+}
+
 /* The candidate's layout, kernel, clusters and grid; false when it does not fit. Grids: row
  * and blockrow a CTA per row group; partials contiguous row chunks over the SMs; persistent
  * as many CTAs as the SMs hold at once (or the settings' count per SM: the looping kernel
@@ -1135,8 +1183,10 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
   p->cluster = 1;
   switch (cand.rows) {
   case Rows::STRIDE:
+    /* LayerNorm at 4 packs keeps dB's sums in shared memory (bwd_stride's DB_SMEM), also where
+     * row_cfg takes 4 for a row that 2 do not fit */
     p->stages = fit_stages(k, ncols, elt, stride_limits(norm_of(k), pack), want, k->bwd.stages, streams,
-                           scalars, &p->c);
+                           scalars, &p->c, db_smem_bytes(k, pack, elt));
     /* a shared row: the slice in 16-byte packs as the whole row, or held single elements;
      * each of the first `share` lanes of a group sends the row's sum to one peer;
      * ROW_SHARE_GROUPS rows a CTA */
@@ -1163,7 +1213,10 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
   const int64_t per_cta = rows_per_cta(p->c);
   if (p->c.items != 0 && cand.rows != Rows::CTA) {
     const size_t staging = (size_t)p->stages * p->c.block *
-                           ((size_t)streams * p->c.items * p->c.vec * elt + 4 * scalars);
+                               ((size_t)streams * p->c.items * p->c.vec * elt + 4 * scalars) +
+                           (cand.rows == Rows::STRIDE && p->c.items == 4
+                                ? (size_t)p->c.block * p->c.items * db_smem_bytes(k, pack, elt)
+                                : 0);
     const size_t rows = (size_t)(per_cta * ncols) * sizeof(float);
     p->smem = staging > rows ? staging : rows;
   } else if (p->c.items == 0 && dw && pw * (int64_t)sizeof(float) <= smem_budget(k)) {

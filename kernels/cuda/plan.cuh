@@ -117,9 +117,10 @@ struct Want {
  * it holds plus `fixed`, within `budget` bytes per CTA (budget 0: nothing staged). */
 struct SmemCost {
   int64_t per_item, fixed, budget;
+  int64_t wide_item = 0; /* more bytes per item at 4 items or more (LayerNorm's dB in the backward) */
   __host__ int64_t threads(int items) const
   {
-    const int64_t per = items * per_item + fixed;
+    const int64_t per = items * (per_item + (items >= 4 ? wide_item : 0)) + fixed;
     return budget && per ? budget / per : INT64_MAX;
   }
 };
@@ -244,15 +245,17 @@ __host__ inline RowCfg loop_cfg(const nlk_norm *k, int64_t n, int elt)
 }
 
 /* STRIDE's layout: the most stages, from `stages` down to 2, whose staging (`streams` packs
- * and `scalars` floats per thread and stage) fits the shared memory, and the row layout for
+ * and `scalars` floats per thread and stage, and `wide_item` bytes per pack once, outside the
+ * stages, where a thread takes 4 packs or more) fits the shared memory, and the row layout for
  * them in c. 0 when not even two fit (c.items is then 0 too). */
 __host__ inline int fit_stages(const nlk_norm *k, int64_t n, int elt, BlockLimits limits, Want want,
-                               int stages, int streams, int scalars, RowCfg *c)
+                               int stages, int streams, int scalars, RowCfg *c, int wide_item = 0)
 {
   const int pack = pick_vec(k, n, elt) * elt;
   for (int s = stages < 2 ? 2 : stages; s >= 2; s--) {
-    *c = row_cfg(k, n, elt, Rows::STRIDE, limits, want,
-                 staging_cost(s, streams, pack, scalars, smem_budget(k)));
+    SmemCost cost = staging_cost(s, streams, pack, scalars, smem_budget(k));
+    cost.wide_item = wide_item;
+    *c = row_cfg(k, n, elt, Rows::STRIDE, limits, want, cost);
     if (c->items != 0)
       return s;
   }
