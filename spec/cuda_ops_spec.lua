@@ -746,6 +746,27 @@ describe("CUDA ops #cuda", function()
     end
   end)
 
+  -- LayerNorm's 4-pack rows keep dB in shared memory: the plan counts it wherever it takes 4
+  -- packs, also for a row that 2 do not fit. An unshared 16384-column bf16 row at 3 stages (274
+  -- KB with dB) must fall back to 2 stages (200 KB), not to the looping kernel.
+  it_cuda("LayerNorm's dB slots counted where 4 packs replace the 2 asked (rmsnorm.bwd.stages 3)", function()
+    if not has_ln or cuda.info.cc_major < 9 then
+      return
+    end
+    local p = problem(37, 16384, "bf16", {op = "layernorm", weight = "x", bias = "x"})
+    reference(p)
+    with_settings({["layernorm.bwd.share_n"] = 16384, ["layernorm.bwd.items"] = 2, ["rmsnorm.bwd.stages"] = 3},
+      function()
+        for _, v in ipairs({"partials", "persistent"}) do
+          local info = checked_bwd_info(p, v)
+          local items = tonumber(info.kernel:match("^bwd_stride<[^,]+, %d+, (%d+),"))
+          assert.are.equal(4, items, label(p, v, "bwd") .. ": " .. info.kernel)
+          assert.are.equal(1, info.cluster, info.kernel)
+        end
+      end)
+    release(p)
+  end)
+
   it_cuda("a row's CTA of whole warps (rmsnorm.bwd.whole_warps, add_rmsnorm's twin)", function()
     -- rows whose packs need a thread count that is not a power of two: 5120 bf16 columns at 2
     -- / 4 packs a thread are 320 / 160 threads, LayerNorm's 12288 shared by 2 are 192 at 4,
