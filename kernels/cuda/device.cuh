@@ -648,6 +648,11 @@ template <typename P, int ITEMS, int SCALARS = 1> struct Staging {
   {
     return floats + (stage * SCALARS + k) * float_b;
   }
+  /* the CTA's first byte past its `stages` stages of staging (a shared-window address) */
+  __device__ __forceinline__ unsigned past(int stages) const
+  {
+    return floats - threadIdx.x * (unsigned)sizeof(float) + stages * SCALARS * float_b;
+  }
 };
 
 /* Grid-wide barrier for cooperative launches (all CTAs co-resident). sync[0] counts

@@ -64,7 +64,7 @@ struct BwdArgs {
  * spills; 0: no kernel with that many packs. STRIDE holds the weight and dW (2 x VEC floats
  * per item) on top of the packs, and LayerNorm's dB up to 2 packs; at 4 its dB lives in
  * shared memory (bwd_stride's DB_SMEM), which would otherwise halve the threads. */
-constexpr BlockLimits bwd_limits(Rows rows, [[maybe_unused]] Norm norm)
+constexpr BlockLimits bwd_limits(Rows rows)
 {
   return rows == Rows::CTA    ? BlockLimits{{1024, 1024, 512, 256}, {1, 1, 1, 1}, 0}
          : rows == Rows::WARP ? BlockLimits{{1024, 512, 512, 256}, {1, 1, 1, 1}, 0}
@@ -77,9 +77,9 @@ constexpr BlockLimits bwd_limits(Rows rows, [[maybe_unused]] Norm norm)
  * 4095-column row in one CTA instead of the looping kernel) and up to 2 at 1024 (ptxas: no
  * spill; 8 at 1024 spilled 56-128 bytes). */
 constexpr BlockLimits BWD_HELD_LIMITS{{1024, 1024, 512, 512}, {1, 1, 1, 1}, 0};
-constexpr BlockLimits stride_limits(Norm norm, int pack)
+constexpr BlockLimits stride_limits(int pack)
 {
-  return pack < 4 ? BWD_HELD_LIMITS : bwd_limits(Rows::STRIDE, norm);
+  return pack < 4 ? BWD_HELD_LIMITS : bwd_limits(Rows::STRIDE);
 }
 
 /* ROW_SHARE's exchange: at most this many rows per CTA, and CTAs per cluster. */
@@ -534,7 +534,7 @@ __device__ __forceinline__ void cta_grads(const BwdArgs &a, const float (&dw)[IT
  * handles exactly one row. The weight is read where used, from L1 (the CTAs of an SM share
  * it), to keep registers for occupancy. */
 template <typename T, int VEC, int ITEMS, Norm NORM, Rows R>
-__global__ void __launch_bounds__(bwd_limits(R, NORM)(ITEMS)) bwd_one(BwdArgs a)
+__global__ void __launch_bounds__(bwd_limits(R)(ITEMS)) bwd_one(BwdArgs a)
 {
   pdl_begin(a.pdl);
   const Group g(a.group);
@@ -599,7 +599,7 @@ __global__ void __launch_bounds__(bwd_limits(R, NORM)(ITEMS)) bwd_one(BwdArgs a)
  * rows ahead whatever rmsnorm.bwd.stages says, and nothing staged. Groups are a power of two,
  * or (rmsnorm.bwd.whole_warps) the whole CTA of as many warps as the row needs. */
 template <typename T, int VEC, int ITEMS, Norm NORM, int CL>
-__global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) bwd_stride(BwdArgs a)
+__global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_stride(BwdArgs a)
 {
   pdl_begin(a.pdl);
   using Sum = RowSum<NORM>;
@@ -645,12 +645,11 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
    * thread side by side: no bank conflicts), so that the kernel fits 512 threads as RMSNorm's
    * 4-pack kernel does; the host sizes it (fit) */
   constexpr bool DB_SMEM = NORM == Norm::LN && ITEMS == 4 && sizeof(P) == 16;
-  const unsigned db_at = st.floats - threadIdx.x * 4u + S * SCALARS * st.float_b + threadIdx.x * 16u;
-  const unsigned db_slot = blockDim.x * 16u;
+  const unsigned db_slots = st.past(S) + threadIdx.x * 16u, db_stride = blockDim.x * 16u;
   if constexpr (DB_SMEM) {
 #pragma unroll
     for (int k = 0; k < ITEMS * VEC / 4; k++)
-      store_shared(db_at + k * db_slot, make_float4(0.f, 0.f, 0.f, 0.f));
+      store_shared(db_slots + k * db_stride, make_float4(0.f, 0.f, 0.f, 0.f));
   }
   /* a row's dW and dB contributions for pack i */
   auto take = [&](int i, int, const float(&c)[VEC], const float(&cb)[VEC]) {
@@ -663,7 +662,7 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
     if constexpr (DB_SMEM) {
 #pragma unroll
       for (int q = 0; q < VEC / 4; q++) {
-        const unsigned at = db_at + (i * VEC / 4 + q) * db_slot;
+        const unsigned at = db_slots + (i * VEC / 4 + q) * db_stride;
         float4 b = load_shared<float4>(at);
         b.x += cb[4 * q];
         b.y += cb[4 * q + 1];
@@ -811,7 +810,7 @@ __global__ void __launch_bounds__(stride_limits(NORM, VEC * sizeof(T))(ITEMS)) b
     for (int i = 0; i < ITEMS; i++)
 #pragma unroll
       for (int q = 0; q < VEC / 4; q++) {
-        const float4 b = load_shared<float4>(db_at + (i * VEC / 4 + q) * db_slot);
+        const float4 b = load_shared<float4>(db_slots + (i * VEC / 4 + q) * db_stride);
         db[i][4 * q] = b.x;
         db[i][4 * q + 1] = b.y;
         db[i][4 * q + 2] = b.z;
@@ -1003,7 +1002,7 @@ template <typename T, int VEC, Norm NORM> const void *bwd_kernel(const BwdKernel
       kp = (const void *)bwd_one<T, VEC, IT, NORM, Rows::CTA>;
     else if (key.rows == Rows::WARP)
       kp = (const void *)bwd_one<T, VEC, IT, NORM, Rows::WARP>;
-    else if constexpr (stride_limits(NORM, VEC * sizeof(T))(IT) > 0) {
+    else if constexpr (stride_limits(VEC * sizeof(T))(IT) > 0) {
       /* no cluster instances at one item: at 1024 threads (64 registers) they would spill;
        * shared rows in 16-byte packs or held single 16-bit elements (fp32's scalar instance
        * spilled) */
@@ -1185,7 +1184,7 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
   case Rows::STRIDE:
     /* LayerNorm at 4 packs keeps dB's sums in shared memory (bwd_stride's DB_SMEM), also where
      * row_cfg takes 4 for a row that 2 do not fit */
-    p->stages = fit_stages(k, ncols, elt, stride_limits(norm_of(k), pack), want, k->bwd.stages, streams,
+    p->stages = fit_stages(k, ncols, elt, stride_limits(pack), want, k->bwd.stages, streams,
                            scalars, &p->c, db_smem_bytes(k, pack, elt));
     /* a shared row: the slice in 16-byte packs as the whole row, or held single elements;
      * each of the first `share` lanes of a group sends the row's sum to one peer;
@@ -1201,7 +1200,7 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
     p->c = loop_cfg(k, k->N, elt);
     break;
   default: /* CTA, WARP */
-    p->c = row_cfg(k, k->N, elt, cand.rows, bwd_limits(cand.rows, norm_of(k)), want, SmemCost{0, 0, 0});
+    p->c = row_cfg(k, k->N, elt, cand.rows, bwd_limits(cand.rows), want, SmemCost{0, 0, 0});
     if (!p->c.items)
       return false;
   }
