@@ -699,6 +699,13 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
     for (int s = 0; s < AHEAD; s++)
       hr[s] = hmu[s] = 0.f;
   }
+  /* The row's rstd (and mean) are copied once per group within a warp, by its first lane
+   * (sub 0), into that lane's slot, and read from there by the others after a __syncwarp:
+   * every lane copying the same 4 bytes cost the LSU about 30 wavefronts a warp-instruction
+   * (ncu, H200: LayerNorm's 2-pack kernel ran 2.5x RMSNorm's 4-pack kernel's shared-memory
+   * wavefronts). The __syncwarp before the fetch keeps the first lane's next copy into a
+   * stage behind the others' reads of it. */
+  const int sub = HELD ? 0 : (int)threadIdx.x & ((G < 32 ? G : 32) - 1);
   auto fetch = [&](int64_t row, int stage) {
     if constexpr (HELD) { /* the sets move one nearer, the farthest takes `row` */
 #pragma unroll
@@ -731,9 +738,11 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
             copy_async(st.at(stage, 2, i), pack_at<T, VEC>(a.dres, row, a.sdres, v));
         }
       }
-      copy_async(st.scalar(stage), a.rstd + row);
-      if (NORM == Norm::LN)
-        copy_async(st.scalar(stage, 1), a.mean + row);
+      if (sub == 0) {
+        copy_async(st.scalar(stage), a.rstd + row);
+        if (NORM == Norm::LN)
+          copy_async(st.scalar(stage, 1), a.mean + row);
+      }
     }
     copy_commit();
   };
@@ -771,14 +780,16 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
       if (a.dres && active)
         load_row<T, VEC, ITEMS>(a.dres, row, a.sdres, lane, G, nvec, hd);
     } else {
+      __syncwarp();
       fetch(row + (S - 1) * step, stage == 0 ? S - 1 : stage - 1);
       copy_wait(S - 1);
+      __syncwarp();
     }
     if constexpr (!HELD) {
       if (active) {
-        r = load_shared<float>(st.scalar(stage));
+        r = load_shared<float>(st.scalar(stage) - 4u * sub);
         if (NORM == Norm::LN)
-          mu = load_shared<float>(st.scalar(stage, 1));
+          mu = load_shared<float>(st.scalar(stage, 1) - 4u * sub);
 #pragma unroll
         for (int i = 0; i < ITEMS; i++)
           if (lane + i * G < nvec) {
