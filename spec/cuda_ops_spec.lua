@@ -770,6 +770,29 @@ describe("CUDA ops #cuda", function()
     release(p)
   end)
 
+  -- fp32 LayerNorm rows of 4097 to 8192 columns (up to rmsnorm.bwd.fp32_share_n, unshared):
+  -- 2 packs of 4 floats would need more than 512 threads, so the plan takes 4 packs (dB's sums
+  -- in shared memory) in one CTA of whole warps rather than the looping kernel.
+  it_cuda("fp32 LayerNorm rows of 4097 to 8192 columns in one 4-pack CTA", function()
+    if not has_ln then
+      return
+    end
+    for _, s in ipairs({{37, 4100}, {5, 6144}, {37, 8192}}) do
+      local p = problem(s[1], s[2], "fp32", {op = "layernorm", weight = "fp32", bias = "x"})
+      reference(p)
+      with_settings({["layernorm.bwd.items"] = 2, ["rmsnorm.bwd.fp32_share_n"] = 8192}, function()
+        for _, v in ipairs({"partials", "persistent"}) do
+          local info = checked_bwd_info(p, v)
+          local items = tonumber(info.kernel:match("^bwd_stride<[^,]+, %d+, (%d+),"))
+          assert.are.equal(4, items, label(p, v, "bwd") .. ": " .. info.kernel)
+        end
+        check_bwd(p, "persistent", {reduce = "atomic"})
+        check_bwd(p, "persistent", {inplace = true})
+      end)
+      release(p)
+    end
+  end)
+
   it_cuda("a row's CTA of whole warps (rmsnorm.bwd.whole_warps, add_rmsnorm's twin)", function()
     -- rows whose packs need a thread count that is not a power of two: 5120 bf16 columns at 2
     -- / 4 packs a thread are 320 / 160 threads, LayerNorm's 12288 shared by 2 are 192 at 4,
