@@ -75,6 +75,8 @@ typedef struct nlk_bwd_tune {
   int32_t reduce_pdl;         /* dW reduce kernel launched with programmatic dependent launch */
   int32_t whole_warps;        /* pipelined kernel: rows of a thread count not a power of two take
                                * a CTA of whole warps sized to them */
+  int32_t scalar_lead;        /* pipelined kernel: a row's rstd (mean) staged by one lane a warp
+                               * (1), by every lane (0), or by one lane in shared rows only (2) */
   int64_t split_min_n;        /* 16-bit rows too wide for registers: split from this N */
   int64_t share_n;            /* 16-bit rows wider than this are shared by a cluster (0: never) */
   int64_t fp32_share_n;       /* the same for fp32 rows */

@@ -673,7 +673,9 @@ describe("CUDA ops #cuda", function()
     -- 16384 among 2 and 65536 among 4 (fp32: 8). 1025 columns do not divide, so the plan falls
     -- back to unshared rows; M = 1 and 7 leave clusters without rows; 128-thread CTAs hold
     -- several rows each. Before sm_90 every plan falls back. Layernorm (where registered)
-    -- takes the odd shapes too, with the weight kind of the next shape as its bias.
+    -- takes the odd shapes too, with the weight kind of the next shape as its bias. The three
+    -- settings take rmsnorm.bwd.scalar_lead 0, 1 and 2 (every lane, one lane a warp, one lane
+    -- in shared rows staging rstd and mean).
     local sm90 = cuda.info.cc_major >= 9
     local shapes = {{1, 1024}, {7, 65536}, {37, 1025}, {199, 4096}, {4099, 1024}, {37, 16384}}
     local weights = {"fp32", "x", "none"}
@@ -695,7 +697,8 @@ describe("CUDA ops #cuda", function()
             local share_n, share_max = set[1], set[2]
             with_settings({["rmsnorm.bwd.share_n"] = share_n, ["layernorm.bwd.share_n"] = share_n,
               ["rmsnorm.bwd.fp32_share_n"] = share_n, ["rmsnorm.bwd.share_max"] = share_max,
-              ["rmsnorm.bwd.stages"] = j + 1, ["rmsnorm.bwd.block"] = j == 1 and 128 or 512},
+              ["rmsnorm.bwd.stages"] = j + 1, ["rmsnorm.bwd.block"] = j == 1 and 128 or 512,
+              ["rmsnorm.bwd.scalar_lead"] = j - 1},
               function()
                 for _, v in ipairs({"partials", "persistent"}) do
                   local info = checked_bwd_info(p, v)
@@ -765,6 +768,29 @@ describe("CUDA ops #cuda", function()
         end
       end)
     release(p)
+  end)
+
+  -- fp32 LayerNorm rows of 4097 to 8192 columns (up to rmsnorm.bwd.fp32_share_n, unshared):
+  -- 2 packs of 4 floats would need more than 512 threads, so the plan takes 4 packs (dB's sums
+  -- in shared memory) in one CTA of whole warps rather than the looping kernel.
+  it_cuda("fp32 LayerNorm rows of 4097 to 8192 columns in one 4-pack CTA", function()
+    if not has_ln then
+      return
+    end
+    for _, s in ipairs({{37, 4100}, {5, 6144}, {37, 8192}}) do
+      local p = problem(s[1], s[2], "fp32", {op = "layernorm", weight = "fp32", bias = "x"})
+      reference(p)
+      with_settings({["layernorm.bwd.items"] = 2, ["rmsnorm.bwd.fp32_share_n"] = 8192}, function()
+        for _, v in ipairs({"partials", "persistent"}) do
+          local info = checked_bwd_info(p, v)
+          local items = tonumber(info.kernel:match("^bwd_stride<[^,]+, %d+, (%d+),"))
+          assert.are.equal(4, items, label(p, v, "bwd") .. ": " .. info.kernel)
+        end
+        check_bwd(p, "persistent", {reduce = "atomic"})
+        check_bwd(p, "persistent", {inplace = true})
+      end)
+      release(p)
+    end
   end)
 
   it_cuda("a row's CTA of whole warps (rmsnorm.bwd.whole_warps, add_rmsnorm's twin)", function()

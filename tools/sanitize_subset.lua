@@ -28,17 +28,23 @@ end
 -- two with RMSNorm's one-row kernels reading x twice (fwd_reload; by default only from 4096
 -- columns and rows on an H200, never on an H100), then two whose pipelined backward rows take
 -- CTAs of whole warps that are not a power of two (rmsnorm.bwd.whole_warps, on by default,
--- and add_rmsnorm's twin, off by default).
+-- and add_rmsnorm's twin, off by default). The pipelined backward's rstd (mean) staged by one
+-- lane a warp or by every lane (rmsnorm.bwd.scalar_lead): the GPU's default first, then 0 and 2.
 local passes = {{pdl = 0, shapes = {{3, 7}, {37, 64}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 8191}, {3, 40000}}},
-  {pdl = 1, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}},
+  {pdl = 1, lead = 0, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}},
   {pdl = 0, reload = true, shapes = {{37, 1024}, {9, 4096}}},
-  {pdl = 0, whole_warps = true, shapes = {{37, 5120}, {5, 1280}}}}
+  {pdl = 0, lead = 2, whole_warps = true, shapes = {{37, 5120}, {5, 1280}}}}
 local runs = 0
 for _, pass in ipairs(passes) do
   nl.set("cuda.pdl", pass.pdl)
   if pass.reload then
     nl.set("rmsnorm.fwd.reload_min_n", 1)
     nl.set("rmsnorm.fwd.reload_min_m", 1)
+  end
+  if pass.lead then
+    nl.set("rmsnorm.bwd.scalar_lead", pass.lead)
+  else
+    nl.reset("rmsnorm.bwd.scalar_lead")
   end
   if pass.whole_warps then
     nl.set("rmsnorm.bwd.whole_warps", 1)
@@ -275,6 +281,7 @@ nl.reset("transpose.tile_n")
 nl.reset("rmsnorm.fwd.reload_min_n")
 nl.reset("rmsnorm.fwd.reload_min_m")
 nl.reset("rmsnorm.bwd.whole_warps")
+nl.reset("rmsnorm.bwd.scalar_lead")
 nl.reset("add_rmsnorm.bwd.whole_warps")
 local x = dev:randn({37, 1024}, "bf16", {seed = 10})
 local y, rstd, yt = nl.rmsnorm(x, nil, {variant = "row", transpose = "external"})

@@ -53,6 +53,7 @@ struct BwdArgs {
   int64_t sx, sdy, sdres, sdx;
   int64_t M, chunk; /* chunk > 0: CTA b (split: CTA row b) owns rows [b*chunk, (b+1)*chunk) */
   int N, group, wf32, cast, fused, dw_f32, db_f32, stages, pdl;
+  int lead;         /* pipelined kernel: rmsnorm.bwd.scalar_lead */
   int pw, db_at;    /* partial rows: floats per row, and dB's first column */
   int acc_smem;     /* looping kernel: dW (dB) accumulates in shared memory (pw floats) */
   int cluster;      /* pipelined kernel: CTAs per cluster, one partial row each cluster */
@@ -699,6 +700,15 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
     for (int s = 0; s < AHEAD; s++)
       hr[s] = hmu[s] = 0.f;
   }
+  /* LEAD (rmsnorm.bwd.scalar_lead): the row's rstd (and mean) are copied once per group within
+   * a warp, by its first lane (sub 0), into that lane's slot, and read from there by the
+   * others after a __syncwarp; every lane copying the same 4 bytes costs the LSU about 30
+   * wavefronts a warp-instruction, which the H200 feels and the H100 mostly does not
+   * (docs/kernels.md, "One lane stages the row's scalars"). Without LEAD each lane copies
+   * into and reads its own slot. The __syncwarp before the fetch keeps the first lane's next
+   * copy into a stage behind the others' reads of it. */
+  const bool lead = !HELD && (a.lead == 1 || (a.lead == 2 && CL == ROW_SHARE));
+  const int sub = lead ? (int)threadIdx.x & ((G < 32 ? G : 32) - 1) : 0;
   auto fetch = [&](int64_t row, int stage) {
     if constexpr (HELD) { /* the sets move one nearer, the farthest takes `row` */
 #pragma unroll
@@ -731,9 +741,11 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
             copy_async(st.at(stage, 2, i), pack_at<T, VEC>(a.dres, row, a.sdres, v));
         }
       }
-      copy_async(st.scalar(stage), a.rstd + row);
-      if (NORM == Norm::LN)
-        copy_async(st.scalar(stage, 1), a.mean + row);
+      if (sub == 0) {
+        copy_async(st.scalar(stage), a.rstd + row);
+        if (NORM == Norm::LN)
+          copy_async(st.scalar(stage, 1), a.mean + row);
+      }
     }
     copy_commit();
   };
@@ -771,14 +783,18 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
       if (a.dres && active)
         load_row<T, VEC, ITEMS>(a.dres, row, a.sdres, lane, G, nvec, hd);
     } else {
+      if (lead)
+        __syncwarp();
       fetch(row + (S - 1) * step, stage == 0 ? S - 1 : stage - 1);
       copy_wait(S - 1);
+      if (lead)
+        __syncwarp();
     }
     if constexpr (!HELD) {
       if (active) {
-        r = load_shared<float>(st.scalar(stage));
+        r = load_shared<float>(st.scalar(stage) - 4u * sub);
         if (NORM == Norm::LN)
-          mu = load_shared<float>(st.scalar(stage, 1));
+          mu = load_shared<float>(st.scalar(stage, 1) - 4u * sub);
 #pragma unroll
         for (int i = 0; i < ITEMS; i++)
           if (lane + i * G < nvec) {
@@ -1306,6 +1322,7 @@ int run(nlk_norm *k, Strategy s)
             .chunk = p.chunk, .N = (int)k->N, .group = p.c.group, .wf32 = k->wdt == NLK_F32,
             .cast = k->cast, .fused = p.fused, .dw_f32 = k->wdt == NLK_F32,
             .db_f32 = k->bdt == NLK_F32, .stages = p.stages, .pdl = k->pdl && !p.fused,
+            .lead = k->bwd.scalar_lead,
             .pw = (int)g.pw, .db_at = (int)g.db_at, .acc_smem = p.acc_smem, .cluster = p.cluster,
             .offset = k->offset};
   int rc;
