@@ -53,7 +53,8 @@ struct BwdArgs {
   int64_t sx, sdy, sdres, sdx;
   int64_t M, chunk; /* chunk > 0: CTA b (split: CTA row b) owns rows [b*chunk, (b+1)*chunk) */
   int N, group, wf32, cast, fused, dw_f32, db_f32, stages, pdl;
-  int lead;         /* pipelined kernel: rmsnorm.bwd.scalar_lead */
+  int lead;         /* pipelined kernel, rmsnorm.bwd.scalar_lead: rstd (mean) staged by every
+                     * lane (0), one lane a warp (1), one lane in shared rows only (2) */
   int pw, db_at;    /* partial rows: floats per row, and dB's first column */
   int acc_smem;     /* looping kernel: dW (dB) accumulates in shared memory (pw floats) */
   int cluster;      /* pipelined kernel: CTAs per cluster, one partial row each cluster */
