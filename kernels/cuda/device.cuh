@@ -623,8 +623,10 @@ __device__ __forceinline__ void copy_wait(int pending)
  * in flight, one pack per item of each of `streams` inputs, then SCALARS floats per stage
  * (the backward's rstd and, for LayerNorm, mean). Laid out [stage][stream][item][thread],
  * then [stage][scalar][thread], so a warp's copies fill consecutive addresses; only the
- * thread that copies a slot reads it, so no barrier guards the slots
- * (cp.async.wait_group makes a thread's own copies visible to it). Slots are shared-window
+ * thread that copies a pack's slot reads it, so no barrier guards the packs
+ * (cp.async.wait_group makes a thread's own copies visible to it). A scalar's slot may be read
+ * by the other lanes of its group within the warp, which the kernel guards with __syncwarp
+ * (bwd_stride's LEAD). Slots are shared-window
  * addresses (copy_async's and load_shared's): from generic pointers the compiler rebuilt
  * dyn's address at every copy, in a loop whose instructions bound it (docs/kernels.md, "The
  * staging's addresses"). The host sizes it with staging_cost (plan.cuh). */

@@ -588,10 +588,11 @@ __global__ void __launch_bounds__(bwd_limits(R)(ITEMS)) bwd_one(BwdArgs a)
 
 /* STRIDE (partials, persistent): groups walk rows (a contiguous chunk per CTA, or a grid stride)
  * with a trip count uniform across the CTA; idle groups still join the barriers. Stage s of
- * a thread's staging holds its x, dy (and dres) packs and the rstd of the row s iterations
- * ahead; each iteration tops the pipeline up, waits for the oldest stage and works on it from
- * registers. dW stays in registers until the end (LayerNorm's dB too, but at 4 packs of 16
- * bytes, where it sits in shared memory to leave room for 512 threads): the CTA's row of
+ * a thread's staging holds its x, dy (and dres) packs and the rstd (and mean) of the row s
+ * iterations ahead, which LEAD copies once per group in a warp; each iteration tops the
+ * pipeline up, waits for the oldest stage and works on it from registers. dW stays in
+ * registers until the end (LayerNorm's dB too, but at 4 packs of 16 bytes, where it sits in
+ * shared memory to leave room for 512 threads): the CTA's row of
  * partials (DW_SUM: the cluster's), then (fused) a grid barrier and this CTA's slice of the
  * final reduction.
  * ROW_SHARE: the C CTAs of a cluster walk the same rows, each over N / C columns (its
