@@ -259,6 +259,12 @@ local function checked_bwd_info(p, variant)
   return info
 end
 
+-- The packs a thread of the pipelined backward's kernel (bwd_stride<T, VEC, ITEMS, ...>) that
+-- run info names; nil for any other kernel.
+local function stride_items(info)
+  return tonumber(info.kernel:match("^bwd_stride<[^,]+, %d+, (%d+),"))
+end
+
 -- Every forward and backward variant of p's op; returns how many of them refused its shape
 -- and the set of the refused ones ("fwd.row" = reason).
 local function check_all(p)
@@ -739,7 +745,7 @@ describe("CUDA ops #cuda", function()
               local share_n = ln and set[2] or set[1]
               assert.are.equal(share_n < 12288 and 2 or 1, info.cluster,
                 label(p, v, "bwd") .. " at share_n " .. share_n .. ": " .. info.kernel)
-              local items = tonumber(info.kernel:match("^bwd_stride<[^,]+, %d+, (%d+),"))
+              local items = stride_items(info)
               -- LayerNorm asks for 2 packs: the unshared row needs 4 to fit 512 threads
               assert.are.equal(ln and share_n < 12288 and 2 or 4, items, info.kernel)
             end
@@ -762,7 +768,7 @@ describe("CUDA ops #cuda", function()
       function()
         for _, v in ipairs({"partials", "persistent"}) do
           local info = checked_bwd_info(p, v)
-          local items = tonumber(info.kernel:match("^bwd_stride<[^,]+, %d+, (%d+),"))
+          local items = stride_items(info)
           assert.are.equal(4, items, label(p, v, "bwd") .. ": " .. info.kernel)
           assert.are.equal(1, info.cluster, info.kernel)
         end
@@ -783,7 +789,7 @@ describe("CUDA ops #cuda", function()
       with_settings({["layernorm.bwd.items"] = 2, ["rmsnorm.bwd.fp32_share_n"] = 8192}, function()
         for _, v in ipairs({"partials", "persistent"}) do
           local info = checked_bwd_info(p, v)
-          local items = tonumber(info.kernel:match("^bwd_stride<[^,]+, %d+, (%d+),"))
+          local items = stride_items(info)
           assert.are.equal(4, items, label(p, v, "bwd") .. ": " .. info.kernel)
         end
         check_bwd(p, "persistent", {reduce = "atomic"})
