@@ -109,8 +109,6 @@ for _, pass in ipairs(passes) do
       -- rows shared by clusters: of 2 at N = 1024 (128-thread CTAs of several rows) and of 8 at
       -- 4096; 40000 columns by 4 (bf16) or 8 (fp32, whose slice of 10000 registers do not hold)
       -- by default
-      local defaults = {n = nl.get("rmsnorm.bwd.share_n"),
-        fp32 = nl.get("rmsnorm.bwd.fp32_share_n"), max = nl.get("rmsnorm.bwd.share_max")}
       nl.set("rmsnorm.bwd.share_n", 512)
       nl.set("rmsnorm.bwd.fp32_share_n", 512)
       nl.set("rmsnorm.bwd.share_max", 8)
@@ -119,9 +117,9 @@ for _, pass in ipairs(passes) do
       local dx7, dw7 = nl.add_rmsnorm_bwd(dy, x, w, rstd, {variant = "partials", dres = res})
       nl.set("rmsnorm.bwd.block", 512)
       local dx8, dw8 = nl.rmsnorm_bwd(dy, x, w, rstd, {variant = "persistent", reduce = "atomic"})
-      nl.set("rmsnorm.bwd.share_n", defaults.n)
-      nl.set("rmsnorm.bwd.fp32_share_n", defaults.fp32)
-      nl.set("rmsnorm.bwd.share_max", defaults.max)
+      nl.reset("rmsnorm.bwd.share_n")
+      nl.reset("rmsnorm.bwd.fp32_share_n")
+      nl.reset("rmsnorm.bwd.share_max")
       dev:sync()
       for _, b in ipairs({dyc, dw, dx3, dw3, dx4, dw4, dx5, dw5, dx6, dw6, dx7, dw7, dx8, dw8, rstd,
         x, res, dy, w}) do
@@ -187,8 +185,8 @@ for _, pass in ipairs(passes) do
       keep(nl.layernorm_bwd(ldy, lx, lw, lb, mean, lrstd, {variant = "persistent"}))
       keep(nl.layernorm_bwd(ldy, lx, nil, lb, mean, lrstd, {variant = "partials", reduce = "default"}))
       nl.reset("layernorm.bwd.share_n")
-      nl.set("rmsnorm.bwd.fp32_share_n", defaults.fp32)
-      nl.set("rmsnorm.bwd.share_max", defaults.max)
+      nl.reset("rmsnorm.bwd.fp32_share_n")
+      nl.reset("rmsnorm.bwd.share_max")
       dev:sync()
       for _, b in ipairs(outs) do
         b:free()
