@@ -647,7 +647,7 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
    * instead of registers, a thread's ITEMS x VEC floats in 16-byte slots (slot k of every
    * thread side by side: no bank conflicts), so that the kernel fits 512 threads as RMSNorm's
    * 4-pack kernel does; the host sizes it (fit) */
-  constexpr bool DB_SMEM = NORM == Norm::LN && ITEMS == 4 && sizeof(P) == 16;
+  constexpr bool DB_SMEM = NORM == Norm::LN && ITEMS >= WIDE_ITEMS && sizeof(P) == 16;
   const unsigned db_slots = st.past(S) + threadIdx.x * 16u, db_stride = blockDim.x * 16u;
   if constexpr (DB_SMEM) {
 #pragma unroll
@@ -1229,11 +1229,11 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
    * in the same place); LOOP: the CTA's dW (and dB) row, where it fits */
   const int64_t per_cta = rows_per_cta(p->c);
   if (p->c.items != 0 && cand.rows != Rows::CTA) {
-    const size_t staging = (size_t)p->stages * p->c.block *
-                               ((size_t)streams * p->c.items * p->c.vec * elt + 4 * scalars) +
-                           (cand.rows == Rows::STRIDE && p->c.items == 4
-                                ? (size_t)p->c.block * p->c.items * db_smem_bytes(k, pack, elt)
-                                : 0);
+    const size_t staging =
+        cand.rows == Rows::STRIDE
+            ? (size_t)staging_cost(p->stages, streams, pack, scalars, 0, db_smem_bytes(k, pack, elt))
+                  .bytes(p->c.block, p->c.items)
+            : 0;
     const size_t rows = (size_t)(per_cta * ncols) * sizeof(float);
     p->smem = staging > rows ? staging : rows;
   } else if (p->c.items == 0 && dw && pw * (int64_t)sizeof(float) <= smem_budget(k)) {

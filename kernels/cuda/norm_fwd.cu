@@ -1342,7 +1342,7 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
     p->stages = fit_stages(k, k->N, elt, pipe_limits(out_of(k)), want, k->fwd.stages, streams, 0, &p->c);
     if (!p->stages)
       return false;
-    p->smem = (size_t)p->stages * streams * p->c.items * p->c.block * p->c.vec * elt;
+    p->smem = (size_t)staging_cost(p->stages, streams, p->c.vec * elt, 0, 0).bytes(p->c.block, p->c.items);
     break;
   case Rows::STAGED: {
     /* block: the threads that give each about staged_items packs of the row (32 to 1024);

@@ -113,24 +113,35 @@ struct Want {
   bool whole_warps = false;
 };
 
+/* From this many packs a thread, SmemCost's wide_item applies: LayerNorm's backward keeps dB's
+ * sums in shared memory there (bwd_stride's DB_SMEM). */
+constexpr int WIDE_ITEMS = 4;
+
 /* Shared memory that a pipelined launch stages per thread: `per_item` bytes for each pack
  * it holds plus `fixed`, within `budget` bytes per CTA (budget 0: nothing staged). */
 struct SmemCost {
   int64_t per_item, fixed, budget;
-  int64_t wide_item = 0; /* more bytes per item at 4 items or more (LayerNorm's dB in the backward) */
+  int64_t wide_item = 0; /* more bytes per item from WIDE_ITEMS items */
+  /* the bytes a CTA of `block` threads at `items` packs each takes */
+  __host__ int64_t bytes(int64_t block, int items) const
+  {
+    return block * (items * (per_item + (items >= WIDE_ITEMS ? wide_item : 0)) + fixed);
+  }
   __host__ int64_t threads(int items) const
   {
-    const int64_t per = items * (per_item + (items >= 4 ? wide_item : 0)) + fixed;
+    const int64_t per = bytes(1, items);
     return budget && per ? budget / per : INT64_MAX;
   }
 };
 
 /* The staging cost of device.cuh's Staging: for each of `stages` rows in flight, a pack of
- * each of `streams` inputs per item and `scalars` floats. */
+ * each of `streams` inputs per item and `scalars` floats; and `wide_item` bytes a pack once,
+ * outside the stages, from WIDE_ITEMS packs a thread. */
 __host__ inline SmemCost staging_cost(int stages, int streams, int pack_bytes, int scalars,
-                                      int64_t budget)
+                                      int64_t budget, int64_t wide_item = 0)
 {
-  return SmemCost{(int64_t)stages * streams * pack_bytes, (int64_t)stages * scalars * 4, budget};
+  return SmemCost{(int64_t)stages * streams * pack_bytes, (int64_t)stages * scalars * 4, budget,
+                  wide_item};
 }
 
 /* The dynamic shared memory a CTA may use, less 1 KB for the kernels' static arrays. */
@@ -244,18 +255,17 @@ __host__ inline RowCfg loop_cfg(const nlk_norm *k, int64_t n, int elt)
   return RowCfg{pick_vec(k, n, elt), 0, LOOP_BLOCK, LOOP_BLOCK, 0};
 }
 
-/* STRIDE's layout: the most stages, from `stages` down to 2, whose staging (`streams` packs
- * and `scalars` floats per thread and stage, and `wide_item` bytes per pack once, outside the
- * stages, where a thread takes 4 packs or more) fits the shared memory, and the row layout for
- * them in c. 0 when not even two fit (c.items is then 0 too). */
+/* STRIDE's layout: the most stages, from `stages` down to 2, whose staging (staging_cost's
+ * `streams` packs and `scalars` floats per thread and stage, and `wide_item` bytes per pack)
+ * fits the shared memory, and the row layout for them in c. 0 when not even two fit (c.items
+ * is then 0 too). */
 __host__ inline int fit_stages(const nlk_norm *k, int64_t n, int elt, BlockLimits limits, Want want,
                                int stages, int streams, int scalars, RowCfg *c, int wide_item = 0)
 {
   const int pack = pick_vec(k, n, elt) * elt;
   for (int s = stages < 2 ? 2 : stages; s >= 2; s--) {
-    SmemCost cost = staging_cost(s, streams, pack, scalars, smem_budget(k));
-    cost.wide_item = wide_item;
-    *c = row_cfg(k, n, elt, Rows::STRIDE, limits, want, cost);
+    *c = row_cfg(k, n, elt, Rows::STRIDE, limits, want,
+                 staging_cost(s, streams, pack, scalars, smem_budget(k), wide_item));
     if (c->items != 0)
       return s;
   }
