@@ -237,27 +237,37 @@ __device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float
   }
 }
 
-/* HELD's weights: each element's W as fp32, the offset added (1 without a weight), read once;
- * 0 past the row, where the held x and dy stay 0 too (PADDED), so that nothing in a row's
- * work but the dx store tests its bounds. One test per element for the weight's kind and
- * another for its offset cost a single element what a 16-byte pack pays once for eight
- * (docs/kernels.md, "Rows of single elements"). */
-template <typename T, int ITEMS> struct HeldWeights {
-  float f[ITEMS];
+/* A thread's weights held as fp32 for the whole kernel, the offset added (1 without a weight),
+ * read once; 0 past the row. HELD (single elements): the held x and dy stay 0 there too
+ * (PADDED), so that nothing in a row's work but the dx store tests its bounds; one test per
+ * element for the weight's kind and another for its offset cost a single element what a
+ * 16-byte pack pays once for eight (docs/kernels.md, "Rows of single elements"). bwd_stride's
+ * 16-byte packs of 16-bit x where a thread's weights fit FLOAT_WEIGHTS registers (1 or 2
+ * packs): Weights would test the weight's kind and convert its packs twice a row, 7% of
+ * LayerNorm's instructions at 2 packs ("Weights held as fp32"); fp32 x's packs spilled. */
+constexpr int FLOAT_WEIGHTS = 16;
+template <typename T, int VEC, int ITEMS> struct HeldWeights {
+  float f[ITEMS][VEC];
   /* Weights' arguments, always preloaded */
   __device__ __forceinline__ HeldWeights(const void *w, int wf32, float offset, int lane, int G,
                                          int nvec, bool)
   {
 #pragma unroll
     for (int i = 0; i < ITEMS; i++) {
-      float W[1] = {0.f};
+#pragma unroll
+      for (int j = 0; j < VEC; j++)
+        f[i][j] = 0.f;
       if (lane + i * G < nvec)
-        load_w<T, 1>(w, wf32, offset, lane + i * G, W);
-      f[i] = W[0];
+        load_w<T, VEC>(w, wf32, offset, lane + i * G, f[i]);
     }
   }
   __device__ __forceinline__ void refresh() {}
-  __device__ __forceinline__ void get(int i, int, float (&W)[1]) const { W[0] = f[i]; }
+  __device__ __forceinline__ void get(int i, int, float (&W)[VEC]) const
+  {
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      W[j] = f[i][j];
+  }
 };
 
 /* One row: its sums (RowSum) reduced over the group by reduce(s) (every thread of the CTA
@@ -637,7 +647,8 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
   unsigned uses = 0; /* ROW_SHARE: rows exchanged so far */
   constexpr int SCALARS = NORM == Norm::LN ? 2 : 1;
   const Staging<P, ITEMS, SCALARS> st(dyn, S, a.dres ? 3 : 2);
-  using WT = std::conditional_t<HELD, HeldWeights<T, ITEMS>, Weights<T, VEC, ITEMS>>;
+  using WT = std::conditional_t<HELD || (sizeof(T) == 2 && ITEMS * VEC <= FLOAT_WEIGHTS),
+                                HeldWeights<T, VEC, ITEMS>, Weights<T, VEC, ITEMS>>;
   WT wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
   float dw[ITEMS][VEC], db[ITEMS][VEC];
   zero(dw);
