@@ -726,6 +726,54 @@ describe("CUDA ops #cuda", function()
     end
   end)
 
+  -- rmsnorm.bwd.float_weights: the pipelined kernel's 16-bit rows at 1 or 2 packs a thread hold
+  -- their weights as fp32 (1) or as packs of x's dtype (0), for every weight kind, offset and
+  -- op, alone, with clusters summing dW and with rows shared by a cluster (4099 x 4096: 2 packs;
+  -- 7 x 16384, shared by 2 from 8192 columns: 2 packs a CTA's half).
+  it_cuda("weights held as fp32 or as packs (rmsnorm.bwd.float_weights)", function()
+    local shapes = {{37, 1024}, {199, 2048}, {4099, 4096}, {7, 16384}}
+    local weights = {"x", "fp32", "none"}
+    local cases = {{}, {["rmsnorm.bwd.cluster"] = 2},
+      {["rmsnorm.bwd.share_n"] = 8192, ["layernorm.bwd.share_n"] = 8192}}
+    local held = {0, 0}
+    for _, dtype in ipairs({"bf16", "fp16"}) do
+      for i, s in ipairs(shapes) do
+        local weight, cast = weights[i % 3 + 1], i % 2 == 0 and "gemma" or "llama"
+        local options = and_ln({{weight = weight, cast = cast,
+          offset = cast == "gemma" and weight ~= "none" and 1 or 0, add = i == 3}},
+          {op = "layernorm", weight = weight, bias = weights[(i + 1) % 3 + 1],
+            offset = weight ~= "none" and LN_OFFSET or 0})
+        for _, o in ipairs(options) do
+          local p = problem(s[1], s[2], dtype, o)
+          reference(p)
+          for fw = 0, 1 do
+            for _, case in ipairs(cases) do
+              local set = {["rmsnorm.bwd.float_weights"] = fw, ["rmsnorm.bwd.items"] = 2,
+                ["layernorm.bwd.items"] = 2}
+              for k, v in pairs(case) do
+                set[k] = v
+              end
+              with_settings(set, function()
+                for _, v in ipairs({"partials", "persistent"}) do
+                  local info = checked_bwd_info(p, v)
+                  local items = info.kernel:match("^bwd_stride<") and stride_items(info)
+                  if items and items <= 2 then
+                    assert.are.equal(fw == 1, info.kernel:match(", true>$") ~= nil,
+                      label(p, v, "bwd") .. ": " .. info.kernel)
+                    held[fw + 1] = held[fw + 1] + 1
+                  end
+                end
+                check_bwd(p, "persistent", {inplace = true})
+              end)
+            end
+          end
+          release(p)
+        end
+      end
+    end
+    assert.is_true(held[1] > 0 and held[2] > 0)
+  end)
+
   -- LayerNorm's rows are shared from layernorm.bwd.share_n columns, RMSNorm's from
   -- rmsnorm.bwd.share_n: 12288 bf16 columns fit one CTA (384 threads at 4 packs) for both ops,
   -- LayerNorm's dB summed in shared memory there, and are shared by 2 below 12288.

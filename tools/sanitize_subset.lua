@@ -29,10 +29,12 @@ end
 -- columns and rows on an H200, never on an H100), then two whose pipelined backward rows take
 -- CTAs of whole warps that are not a power of two (rmsnorm.bwd.whole_warps, on by default,
 -- and add_rmsnorm's twin, off by default). The pipelined backward's rstd (mean) staged by one
--- lane a warp or by every lane (rmsnorm.bwd.scalar_lead): the GPU's default first, then 0 and 2.
+-- lane a warp or by every lane (rmsnorm.bwd.scalar_lead): the GPU's default first, then 0 and 2;
+-- its weights at 1 or 2 packs held as fp32 or as packs (rmsnorm.bwd.float_weights): the GPU's
+-- default, then 0 and 1.
 local passes = {{pdl = 0, shapes = {{3, 7}, {37, 64}, {37, 1024}, {5, 1025}, {9, 4096}, {3, 8191}, {3, 40000}}},
-  {pdl = 1, lead = 0, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}},
-  {pdl = 0, reload = true, shapes = {{37, 1024}, {9, 4096}}},
+  {pdl = 1, lead = 0, float_weights = 0, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}},
+  {pdl = 0, reload = true, float_weights = 1, shapes = {{37, 1024}, {9, 4096}}},
   {pdl = 0, lead = 2, whole_warps = true, shapes = {{37, 5120}, {5, 1280}}}}
 local runs = 0
 for _, pass in ipairs(passes) do
@@ -45,6 +47,11 @@ for _, pass in ipairs(passes) do
     nl.set("rmsnorm.bwd.scalar_lead", pass.lead)
   else
     nl.reset("rmsnorm.bwd.scalar_lead")
+  end
+  if pass.float_weights then
+    nl.set("rmsnorm.bwd.float_weights", pass.float_weights)
+  else
+    nl.reset("rmsnorm.bwd.float_weights")
   end
   if pass.whole_warps then
     nl.set("rmsnorm.bwd.whole_warps", 1)
@@ -280,6 +287,7 @@ nl.reset("rmsnorm.fwd.reload_min_n")
 nl.reset("rmsnorm.fwd.reload_min_m")
 nl.reset("rmsnorm.bwd.whole_warps")
 nl.reset("rmsnorm.bwd.scalar_lead")
+nl.reset("rmsnorm.bwd.float_weights")
 nl.reset("add_rmsnorm.bwd.whole_warps")
 local x = dev:randn({37, 1024}, "bf16", {seed = 10})
 local y, rstd, yt = nl.rmsnorm(x, nil, {variant = "row", transpose = "external"})

@@ -102,6 +102,7 @@ struct BwdKernel {
   int items;
   ClusterUse cluster;
   bool row_pass;
+  bool float_w; /* STRIDE, rmsnorm.bwd.float_weights: weights held as fp32 where they fit */
 };
 
 /* The kernel for a key, from the translation unit that instantiates T, VEC and NORM; NULL
@@ -237,27 +238,38 @@ __device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float
   }
 }
 
-/* HELD's weights: each element's W as fp32, the offset added (1 without a weight), read once;
- * 0 past the row, where the held x and dy stay 0 too (PADDED), so that nothing in a row's
- * work but the dx store tests its bounds. One test per element for the weight's kind and
- * another for its offset cost a single element what a 16-byte pack pays once for eight
- * (docs/kernels.md, "Rows of single elements"). */
-template <typename T, int ITEMS> struct HeldWeights {
-  float f[ITEMS];
+/* A thread's weights held as fp32 for the whole kernel, the offset added (1 without a weight),
+ * read once; 0 past the row. HELD (single elements): the held x and dy stay 0 there too
+ * (PADDED), so that nothing in a row's work but the dx store tests its bounds; one test per
+ * element for the weight's kind and another for its offset cost a single element what a
+ * 16-byte pack pays once for eight (docs/kernels.md, "Rows of single elements"). bwd_stride's
+ * FW (rmsnorm.bwd.float_weights), 16-byte packs of 16-bit x where a thread's weights fit
+ * FLOAT_WEIGHTS registers (1 or 2 packs): Weights tests the weight's kind and converts its
+ * packs twice a row, 15% of LayerNorm's instructions at 2 packs; the H200 gains by it, the
+ * H100 loses ("Weights held as fp32"). fp32 x's packs spilled. */
+constexpr int FLOAT_WEIGHTS = 16;
+template <typename T, int VEC, int ITEMS> struct HeldWeights {
+  float f[ITEMS][VEC];
   /* Weights' arguments, always preloaded */
   __device__ __forceinline__ HeldWeights(const void *w, int wf32, float offset, int lane, int G,
                                          int nvec, bool)
   {
 #pragma unroll
     for (int i = 0; i < ITEMS; i++) {
-      float W[1] = {0.f};
+#pragma unroll
+      for (int j = 0; j < VEC; j++)
+        f[i][j] = 0.f;
       if (lane + i * G < nvec)
-        load_w<T, 1>(w, wf32, offset, lane + i * G, W);
-      f[i] = W[0];
+        load_w<T, VEC>(w, wf32, offset, lane + i * G, f[i]);
     }
   }
   __device__ __forceinline__ void refresh() {}
-  __device__ __forceinline__ void get(int i, int, float (&W)[1]) const { W[0] = f[i]; }
+  __device__ __forceinline__ void get(int i, int, float (&W)[VEC]) const
+  {
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      W[j] = f[i][j];
+  }
 };
 
 /* One row: its sums (RowSum) reduced over the group by reduce(s) (every thread of the CTA
@@ -601,7 +613,7 @@ __global__ void __launch_bounds__(bwd_limits(R)(ITEMS)) bwd_one(BwdArgs a)
  * from each CTA. HELD (single 16-bit elements): the next rows' x and dy in registers, AHEAD
  * rows ahead whatever rmsnorm.bwd.stages says, and nothing staged. Groups are a power of two,
  * or (rmsnorm.bwd.whole_warps) the whole CTA of as many warps as the row needs. */
-template <typename T, int VEC, int ITEMS, Norm NORM, int CL>
+template <typename T, int VEC, int ITEMS, Norm NORM, int CL, bool FW = false>
 __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_stride(BwdArgs a)
 {
   pdl_begin(a.pdl);
@@ -637,7 +649,7 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
   unsigned uses = 0; /* ROW_SHARE: rows exchanged so far */
   constexpr int SCALARS = NORM == Norm::LN ? 2 : 1;
   const Staging<P, ITEMS, SCALARS> st(dyn, S, a.dres ? 3 : 2);
-  using WT = std::conditional_t<HELD, HeldWeights<T, ITEMS>, Weights<T, VEC, ITEMS>>;
+  using WT = std::conditional_t<HELD || FW, HeldWeights<T, VEC, ITEMS>, Weights<T, VEC, ITEMS>>;
   WT wt(a.w, a.wf32, a.offset, lane, G, nvec, true);
   float dw[ITEMS][VEC], db[ITEMS][VEC];
   zero(dw);
@@ -1024,16 +1036,25 @@ template <typename T, int VEC, Norm NORM> const void *bwd_kernel(const BwdKernel
       /* no cluster instances at one item: at 1024 threads (64 registers) they would spill;
        * shared rows in 16-byte packs or held single 16-bit elements (fp32's scalar instance
        * spilled) */
-      if constexpr (IT == 1)
-        kp = key.cluster != SOLO ? NULL : (const void *)bwd_stride<T, VEC, IT, NORM, SOLO>;
-      else if constexpr (VEC == 1 && sizeof(T) == 4)
-        kp = key.cluster == DW_SUM ? (const void *)bwd_stride<T, VEC, IT, NORM, DW_SUM>
-             : key.cluster == SOLO ? (const void *)bwd_stride<T, VEC, IT, NORM, SOLO>
-                                   : NULL;
+      auto pick = [&](auto FW) -> const void * {
+        constexpr bool F = decltype(FW)::value;
+        if constexpr (IT == 1)
+          return key.cluster != SOLO ? NULL : (const void *)bwd_stride<T, VEC, IT, NORM, SOLO, F>;
+        else if constexpr (VEC == 1 && sizeof(T) == 4)
+          return key.cluster == DW_SUM ? (const void *)bwd_stride<T, VEC, IT, NORM, DW_SUM>
+                 : key.cluster == SOLO ? (const void *)bwd_stride<T, VEC, IT, NORM, SOLO>
+                                       : NULL;
+        else
+          return key.cluster == DW_SUM ? (const void *)bwd_stride<T, VEC, IT, NORM, DW_SUM, F>
+                 : key.cluster == ROW_SHARE
+                     ? (const void *)bwd_stride<T, VEC, IT, NORM, ROW_SHARE, F>
+                     : (const void *)bwd_stride<T, VEC, IT, NORM, SOLO, F>;
+      };
+      /* weights held as fp32: 16-byte packs of 16-bit x, 1 or 2 a thread */
+      if constexpr (sizeof(T) == 2 && VEC > 1 && IT * VEC <= FLOAT_WEIGHTS)
+        kp = key.float_w ? pick(std::true_type{}) : pick(std::false_type{});
       else
-        kp = key.cluster == DW_SUM      ? (const void *)bwd_stride<T, VEC, IT, NORM, DW_SUM>
-             : key.cluster == ROW_SHARE ? (const void *)bwd_stride<T, VEC, IT, NORM, ROW_SHARE>
-                                        : (const void *)bwd_stride<T, VEC, IT, NORM, SOLO>;
+        kp = pick(std::false_type{});
     }
     return 0;
   });
@@ -1090,6 +1111,7 @@ template <typename T>
 const void *kernel_of(const nlk_norm *k, const RowCfg &c, BwdKernel key)
 {
   key.items = c.items;
+  key.float_w = k->bwd.float_weights != 0;
   return with_norm(k, [&](auto N) {
     return with_vec<T>(c.vec, [&](auto V) { return bwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
   });
