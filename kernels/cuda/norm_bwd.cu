@@ -661,10 +661,12 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
    * 4-pack kernel does; the host sizes it (fit) */
   constexpr bool DB_SMEM = NORM == Norm::LN && ITEMS >= WIDE_ITEMS && sizeof(P) == 16;
   const unsigned db_slots = st.past(S) + threadIdx.x * 16u, db_stride = blockDim.x * 16u;
+  /* slot k holds pack i's floats 4q .. 4q + 3 for k = i VEC / 4 + q */
+  auto db_slot = [&](int k) { return db_slots + k * db_stride; };
   if constexpr (DB_SMEM) {
 #pragma unroll
     for (int k = 0; k < ITEMS * VEC / 4; k++)
-      store_shared(db_slots + k * db_stride, make_float4(0.f, 0.f, 0.f, 0.f));
+      store_shared(db_slot(k), make_float4(0.f, 0.f, 0.f, 0.f));
   }
   /* a row's dW and dB contributions for pack i */
   auto take = [&](int i, int, const float(&c)[VEC], const float(&cb)[VEC]) {
@@ -677,7 +679,7 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
     if constexpr (DB_SMEM) {
 #pragma unroll
       for (int q = 0; q < VEC / 4; q++) {
-        const unsigned at = db_slots + (i * VEC / 4 + q) * db_stride;
+        const unsigned at = db_slot(i * VEC / 4 + q);
         float4 b = load_shared<float4>(at);
         b.x += cb[4 * q];
         b.y += cb[4 * q + 1];
@@ -840,7 +842,7 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
     for (int i = 0; i < ITEMS; i++)
 #pragma unroll
       for (int q = 0; q < VEC / 4; q++) {
-        const float4 b = load_shared<float4>(db_slots + (i * VEC / 4 + q) * db_stride);
+        const float4 b = load_shared<float4>(db_slot(i * VEC / 4 + q));
         db[i][4 * q] = b.x;
         db[i][4 * q + 1] = b.y;
         db[i][4 * q + 2] = b.z;
