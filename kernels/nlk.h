@@ -78,8 +78,8 @@ typedef struct nlk_bwd_tune {
   int32_t scalar_lead;        /* pipelined kernel: a row's rstd (mean) staged by one lane a warp
                                * (1), by every lane (0), or by one lane in shared rows only (2) */
   int32_t float_weights;      /* pipelined kernel, 16-bit x at 1-2 packs a thread: the weights
-                               * held as fp32 for the whole kernel (1) or as packs of x's dtype
-                               * converted twice a row (0) */
+                               * held as fp32 for the whole kernel (1; 2: fp32 weights only) or
+                               * as packs of x's dtype converted twice a row (0) */
   int64_t split_min_n;        /* 16-bit rows too wide for registers: split from this N */
   int64_t share_n;            /* 16-bit rows wider than this are shared by a cluster (0: never) */
   int64_t fp32_share_n;       /* the same for fp32 rows */

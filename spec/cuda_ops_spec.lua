@@ -73,7 +73,10 @@ local function problem(M, N, dtype, o, from)
     cast = not ln and (o.cast or "llama") or nil, offset = o.offset or 0,
     eps = ln and 1e-5 or 1e-6, add = op == "add_rmsnorm"}
   local function kind(k)
-    return k == "x" and dtype or k == "none" and nil or "fp32"
+    if k == "none" then
+      return nil
+    end
+    return k == "x" and dtype or "fp32"
   end
   local wdt, bdt = kind(o.weight), ln and kind(o.bias) or nil
   local stride = o.stride and N + o.stride or nil
@@ -727,15 +730,17 @@ describe("CUDA ops #cuda", function()
   end)
 
   -- rmsnorm.bwd.float_weights: the pipelined kernel's 16-bit rows at 1 or 2 packs a thread hold
-  -- their weights as fp32 (1) or as packs of x's dtype (0), for every weight kind, offset and
-  -- op, alone, with clusters summing dW and with rows shared by a cluster (4099 x 4096: 2 packs;
-  -- 7 x 16384, shared by 2 from 8192 columns: 2 packs a CTA's half).
+  -- their weights as fp32 (1; 2: fp32 weights only) or as packs of x's dtype (0), for every
+  -- weight kind, offset and op, alone, with clusters summing dW and with rows shared by a
+  -- cluster (4099 x 4096: 2 packs; 7 x 16384, shared by 2 from 8192 columns: 2 packs a CTA's
+  -- half).
   it_cuda("weights held as fp32 or as packs (rmsnorm.bwd.float_weights)", function()
     local shapes = {{37, 1024}, {199, 2048}, {4099, 4096}, {7, 16384}}
     local weights = {"x", "fp32", "none"}
     local cases = {{}, {["rmsnorm.bwd.cluster"] = 2},
       {["rmsnorm.bwd.share_n"] = 8192, ["layernorm.bwd.share_n"] = 8192}}
-    local held = {0, 0}
+    -- the pipelined kernels checked at each value, and those holding fp32 weights at 2
+    local seen, fp32_at_2 = {[0] = 0, 0, 0}, 0
     for _, dtype in ipairs({"bf16", "fp16"}) do
       for i, s in ipairs(shapes) do
         local weight, cast = weights[i % 3 + 1], i % 2 == 0 and "gemma" or "llama"
@@ -746,7 +751,7 @@ describe("CUDA ops #cuda", function()
         for _, o in ipairs(options) do
           local p = problem(s[1], s[2], dtype, o)
           reference(p)
-          for fw = 0, 1 do
+          for fw = 0, 2 do
             for _, case in ipairs(cases) do
               local set = {["rmsnorm.bwd.float_weights"] = fw, ["rmsnorm.bwd.items"] = 2,
                 ["layernorm.bwd.items"] = 2}
@@ -758,9 +763,13 @@ describe("CUDA ops #cuda", function()
                   local info = checked_bwd_info(p, v)
                   local items = stride_items(info)
                   if items and items <= 2 then
-                    assert.are.equal(fw == 1, info.kernel:match(", true>$") ~= nil,
-                      label(p, v, "bwd") .. ": " .. info.kernel)
-                    held[fw + 1] = held[fw + 1] + 1
+                    local fp32 = fw == 1 or (fw == 2 and weight == "fp32")
+                    assert.are.equal(fp32, info.kernel:match(", true>$") ~= nil,
+                      label(p, v, "bwd") .. " at " .. fw .. ": " .. info.kernel)
+                    seen[fw] = seen[fw] + 1
+                    if fw == 2 and fp32 then
+                      fp32_at_2 = fp32_at_2 + 1
+                    end
                   end
                 end
                 check_bwd(p, "persistent", {inplace = true})
@@ -771,7 +780,7 @@ describe("CUDA ops #cuda", function()
         end
       end
     end
-    assert.is_true(held[1] > 0 and held[2] > 0)
+    assert.is_true(seen[0] > 0 and seen[1] > 0 and seen[2] > fp32_at_2 and fp32_at_2 > 0)
   end)
 
   -- LayerNorm's rows are shared from layernorm.bwd.share_n columns, RMSNorm's from

@@ -102,7 +102,8 @@ struct BwdKernel {
   int items;
   ClusterUse cluster;
   bool row_pass;
-  bool float_w; /* STRIDE, rmsnorm.bwd.float_weights: weights held as fp32 where they fit */
+  bool float_w; /* STRIDE, rmsnorm.bwd.float_weights (1, or 2 with fp32 weights): weights held
+                 * as fp32 where they fit */
 };
 
 /* The kernel for a key, from the translation unit that instantiates T, VEC and NORM; NULL
@@ -246,7 +247,8 @@ __device__ __forceinline__ float grad(const BwdArgs &a, float dy, float x, float
  * FW (rmsnorm.bwd.float_weights), 16-byte packs of 16-bit x where a thread's weights fit
  * FLOAT_WEIGHTS registers (1 or 2 packs): Weights tests the weight's kind and converts its
  * packs twice a row, 15% of LayerNorm's instructions at 2 packs; the H200 gains by it, the
- * H100 loses ("Weights held as fp32"). fp32 x's packs spilled. */
+ * H100 only with fp32 weights, which Weights reads twice a row from L1 ("Weights held as
+ * fp32"). fp32 x's packs spilled. */
 constexpr int FLOAT_WEIGHTS = 16;
 template <typename T, int VEC, int ITEMS> struct HeldWeights {
   float f[ITEMS][VEC];
@@ -1113,7 +1115,7 @@ template <typename T>
 const void *kernel_of(const nlk_norm *k, const RowCfg &c, BwdKernel key)
 {
   key.items = c.items;
-  key.float_w = k->bwd.float_weights != 0;
+  key.float_w = k->bwd.float_weights == 1 || (k->bwd.float_weights == 2 && k->wdt == NLK_F32);
   return with_norm(k, [&](auto N) {
     return with_vec<T>(c.vec, [&](auto V) { return bwd_kernel<T, decltype(V)::value, decltype(N)::value>(key); });
   });
