@@ -36,6 +36,14 @@ local passes = {{pdl = 0, shapes = {{3, 7}, {37, 64}, {37, 1024}, {5, 1025}, {9,
   {pdl = 1, lead = 0, float_weights = 0, shapes = {{37, 1024}, {9, 4096}, {64, 40000}}},
   {pdl = 0, reload = true, float_weights = 1, shapes = {{37, 1024}, {9, 4096}}},
   {pdl = 0, lead = 2, whole_warps = true, shapes = {{37, 5120}, {5, 1280}}}}
+-- a pass's value of a setting, or the GPU's default where the pass names none
+local function set_or_default(key, value)
+  if value then
+    nl.set(key, value)
+  else
+    nl.reset(key)
+  end
+end
 local runs = 0
 for _, pass in ipairs(passes) do
   nl.set("cuda.pdl", pass.pdl)
@@ -43,16 +51,8 @@ for _, pass in ipairs(passes) do
     nl.set("rmsnorm.fwd.reload_min_n", 1)
     nl.set("rmsnorm.fwd.reload_min_m", 1)
   end
-  if pass.lead then
-    nl.set("rmsnorm.bwd.scalar_lead", pass.lead)
-  else
-    nl.reset("rmsnorm.bwd.scalar_lead")
-  end
-  if pass.float_weights then
-    nl.set("rmsnorm.bwd.float_weights", pass.float_weights)
-  else
-    nl.reset("rmsnorm.bwd.float_weights")
-  end
+  set_or_default("rmsnorm.bwd.scalar_lead", pass.lead)
+  set_or_default("rmsnorm.bwd.float_weights", pass.float_weights)
   if pass.whole_warps then
     nl.set("rmsnorm.bwd.whole_warps", 1)
     nl.set("add_rmsnorm.bwd.whole_warps", 1)
@@ -60,7 +60,8 @@ for _, pass in ipairs(passes) do
   for _, s in ipairs(pass.shapes) do
     local M, N = s[1], s[2]
     -- bf16 with weights of its own dtype (held in registers by the pipelined kernels) and
-    -- with fp32 weights (read from L1), fp32 with fp32 weights
+    -- with fp32 weights (read from L1, or held as fp32 where rmsnorm.bwd.float_weights says),
+    -- fp32 with fp32 weights
     for _, case in ipairs({{"bf16", "bf16"}, {"bf16", "fp32"}, {"fp32", "fp32"}}) do
       local dtype = case[1]
       local x = dev:randn({M, N}, dtype, {seed = 1})
