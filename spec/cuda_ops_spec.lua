@@ -825,7 +825,8 @@ describe("CUDA ops #cuda", function()
         ["layernorm.bwd.items"] = 2, ["rmsnorm.bwd.share_max"] = 4}, function()
           for _, v in ipairs({"partials", "persistent"}) do
             local info = checked_bwd_info(p, v)
-            assert.are.equal(weight == "fp32" and 2 or 1, info.cluster, label(p, v, "bwd") .. ": " .. info.kernel)
+            assert.are.equal(weight == "fp32" and 2 or 1, info.cluster,
+              label(p, v, "bwd") .. ": " .. info.kernel)
           end
         end)
       release(p)
