@@ -49,8 +49,9 @@ typedef struct nl_knobs {
   struct {
     int64_t blockrow_max_n, narrow_max_n, narrow_max_m, row_max_n;
     int64_t partials_max_n; /* LayerNorm only: partials up to this many columns, narrow_max_m rows */
-    int64_t share_n; /* the kernels' rmsnorm.bwd.share_n for LayerNorm */
-    int32_t items;   /* and their rmsnorm.bwd.items */
+    int64_t share_n;     /* the kernels' rmsnorm.bwd.share_n for LayerNorm */
+    int64_t w32_share_n; /* and that with fp32 weights */
+    int32_t items;       /* and their rmsnorm.bwd.items */
   } ln_bwd;
   /* add_rmsnorm's */
   struct {

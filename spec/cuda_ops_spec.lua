@@ -812,6 +812,27 @@ describe("CUDA ops #cuda", function()
     end
   end)
 
+  -- LayerNorm's rows with fp32 weights are shared from layernorm.bwd.w32_share_n columns (at 2
+  -- packs they hold the weights as fp32), with 16-bit weights from layernorm.bwd.share_n.
+  it_cuda("LayerNorm with fp32 weights shares its rows from its own threshold (layernorm.bwd.w32_share_n)", function()
+    if not has_ln or cuda.info.cc_major < 9 then
+      return
+    end
+    for _, weight in ipairs({"x", "fp32"}) do
+      local p = problem(37, 12288, "bf16", {op = "layernorm", weight = weight, bias = "x"})
+      reference(p)
+      with_settings({["layernorm.bwd.share_n"] = 16384, ["layernorm.bwd.w32_share_n"] = 8192,
+        ["layernorm.bwd.items"] = 2, ["rmsnorm.bwd.share_max"] = 4}, function()
+          for _, v in ipairs({"partials", "persistent"}) do
+            local info = checked_bwd_info(p, v)
+            assert.are.equal(weight == "fp32" and 2 or 1, info.cluster,
+              label(p, v, "bwd") .. ": " .. info.kernel)
+          end
+        end)
+      release(p)
+    end
+  end)
+
   -- LayerNorm's 4-pack rows keep dB in shared memory: the plan counts it wherever it takes 4
   -- packs, also for a row that 2 do not fit. An unshared 16384-column bf16 row at 3 stages (274
   -- KB with dB) must fall back to 2 stages (200 KB), not to the looping kernel.
