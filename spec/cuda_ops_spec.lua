@@ -705,7 +705,8 @@ describe("CUDA ops #cuda", function()
           for j, set in ipairs(settings) do
             local share_n, share_max = set[1], set[2]
             with_settings({["rmsnorm.bwd.share_n"] = share_n, ["layernorm.bwd.share_n"] = share_n,
-              ["rmsnorm.bwd.fp32_share_n"] = share_n, ["rmsnorm.bwd.share_max"] = share_max,
+              ["layernorm.bwd.w32_share_n"] = share_n, ["rmsnorm.bwd.fp32_share_n"] = share_n,
+              ["rmsnorm.bwd.share_max"] = share_max,
               ["rmsnorm.bwd.stages"] = j + 1, ["rmsnorm.bwd.block"] = j == 1 and 128 or 512,
               ["rmsnorm.bwd.scalar_lead"] = j - 1},
               function()
@@ -738,7 +739,8 @@ describe("CUDA ops #cuda", function()
     local shapes = {{37, 1024}, {199, 2048}, {4099, 4096}, {7, 16384}}
     local weights = {"x", "fp32", "none"}
     local cases = {{}, {["rmsnorm.bwd.cluster"] = 2},
-      {["rmsnorm.bwd.share_n"] = 8192, ["layernorm.bwd.share_n"] = 8192}}
+      {["rmsnorm.bwd.share_n"] = 8192, ["layernorm.bwd.share_n"] = 8192,
+        ["layernorm.bwd.w32_share_n"] = 8192}}
     -- the pipelined kernels checked at each value, and those holding fp32 weights at 2
     local seen, fp32_at_2 = {[0] = 0, 0, 0}, 0
     for _, dtype in ipairs({"bf16", "fp16"}) do
