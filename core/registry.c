@@ -14,7 +14,8 @@ static const char *const op_names[] = {"rmsnorm", "layernorm", "add_rmsnorm", "t
 static const char *const pass_names[] = {"fwd", "bwd"};
 static const char *const reduce_names[] = {"default", "temp", "partials", "atomic"};
 static const char *const scaling_names[] = {"delayed", "current"};
-static const char *const transpose_names[] = {"default", "strided", "external", "fused_tiled"};
+static const char *const transpose_names[] = {"default", "strided", "external", "fused_tiled",
+                                              "chunked"};
 enum { N_OPS = (int)(sizeof op_names / sizeof op_names[0]) };
 
 /* ---- the argument table: which fields each op and pass reads and writes ---- */
@@ -360,9 +361,9 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
   if (a->scaling == NL_SCALING_CURRENT && !nlk_is_fp8(ydt))
     return nl__err(ctx, NL_EINVAL, "%s: scaling 'current' needs an fp8 output, but y is %s", vname,
                    nl_dtype_name(ydt));
-  if (a->transpose < NL_TRANSPOSE_DEFAULT || a->transpose > NL_TRANSPOSE_FUSED)
+  if (a->transpose < NL_TRANSPOSE_DEFAULT || a->transpose > NL_TRANSPOSE_CHUNKED)
     return nl__err(ctx, NL_EINVAL, "%s: unknown transpose %d (0 default, 1 strided, 2 external, "
-                   "3 fused_tiled)", vname, (int)a->transpose);
+                   "3 fused_tiled, 4 chunked)", vname, (int)a->transpose);
   if (a->transpose != NL_TRANSPOSE_DEFAULT && op == NL_OP_TRANSPOSE)
     return nl__err(ctx, NL_EINVAL, "%s: option transpose '%s' applies to the norms' transposed copy; "
                    "the transpose op writes yt itself", vname, transpose_names[a->transpose]);
@@ -468,6 +469,8 @@ static nl_status plan_transpose(nl_ctx *ctx, nl_plan *plan)
       tr = order[i];
   plan->transpose = tr;
   k->transpose = tr;
+  /* chunked: each chunk's y is stored for L2 to keep until its tiles read it back */
+  k->keep_y = tr == NL_TRANSPOSE_CHUNKED;
   if (tr != NL_TRANSPOSE_EXTERNAL)
     return NL_OK;
   tv = find(NL_OP_TRANSPOSE, NL_FWD, "tiled", plan->device.backend);
@@ -661,7 +664,7 @@ void nl__plan_info(const nl_plan *plan, nl_run_info *info)
   info->bytes = plan->bytes;
   info->workspace_bytes = (int64_t)plan->k.ws_bytes;
   info->extra_bytes = 2 * (int64_t)plan->k.ws_bytes + plan->k.extra_bytes;
-  if (plan->ext) /* the external transpose reads y again */
+  if (plan->ext || plan->transpose == NL_TRANSPOSE_CHUNKED) /* the transpose reads y again */
     info->extra_bytes += plan->k.M * plan->k.N * nlk_dtype_size(plan->k.ydt);
   if (plan->device.backend == NL_CUDA)
     nl__cuda_kernel_name(plan->k.kernel, info->kernel, sizeof info->kernel);

@@ -187,6 +187,9 @@ static const nl_setting_def defs[] = {
   {.key = "transpose.keep_max_mb", AT(tr.keep_max_mb, I32),
    .def = 96, .min = 0, .max = 1 << 20,
    .doc = "CUDA external transposed copy: an fp8 y of up to this many MB is stored for L2 to keep (evict_last) and the transpose reads it from there; a larger one streams (H100, y of 16-64 MB: +3-8%; 128 MB and more: within 1%)"},
+  {.key = "transpose.chunk_kb", AT(tr.chunk_kb, I32),
+   .def = 16384, .min = 1, .max = 1 << 22,
+   .doc = "CUDA chunked transposed copy: the KB of fp8 y per chunk of rows (whole tiles of transpose.tile_m rows, at least one); a chunk's y stays in L2 until the next launch's tiles read it"},
 
   {.key = "rmsnorm.bwd.blockrow_max_n", AT(rms_bwd.blockrow_max_n, I64),
    .def = 256, .min = 0, .max = N24, .models = {{"H100", 128}},

@@ -25,6 +25,9 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
  * core's tiled transpose after the kernel) */
 #define FP8 NL_FP8_ALL
 #define YT (NL_TR_EXTERNAL | NL_TR(NL_TRANSPOSE_STRIDED))
+/* the one-row strategies also chunked: launches of a chunk of rows and the tiles of the chunk
+ * before (norm_fwd.cu's chunk_tile; an fp8 y, rows that fit registers) */
+#define ROW_YT (YT | NL_TR(NL_TRANSPOSE_CHUNKED))
 /* slab: yt from its own tile (fused_tiled), or the core's external transpose */
 #define SLAB_YT (NL_TR_EXTERNAL | NL_TR(NL_TRANSPOSE_FUSED))
 
@@ -65,7 +68,7 @@ static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
       k->N <= blockrow_max_n && nl__fits(NL_CUDA, NL_FWD, "blockrow", k))
     return "blockrow";
   if (k->M <= persistent_max_m && k->N >= kn->rms_fwd.persistent_min_n &&
-      k->N < kn->rms_fwd.staged_min_n)
+      k->N < kn->rms_fwd.staged_min_n && k->transpose != NLK_TRANSPOSE_CHUNKED)
     return "persistent";
   if (ln && kn->ln_fwd.staged_min_waves > 0 && plain_y && nl__fits(NL_CUDA, NL_FWD, "staged", k) &&
       nl__waves(NL_CUDA, NL_FWD, "row", k) >= kn->ln_fwd.staged_min_waves)
@@ -151,13 +154,14 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
 #define TR_LIMITS "any M, N >= 1 (M, N < 2^31); x fp32, fp16, bf16, fp8; y and yt x's dtype or fp8"
 
 #define NORM_ENTRIES(O, OP)                                                                        \
-  FWD(O, OP, "row", NULL, "one CTA per row, row held in registers (RMSNorm: read twice, the "     \
+  FWD_YT(O, OP, "row", NULL, "one CTA per row, row held in registers (RMSNorm: read twice, the "     \
       "second time from L1, from rmsnorm.fwd.reload_min_n columns), more packs per thread where " \
       "that fits the grid in one wave (rmsnorm.fwd.one_wave_doublings); rows of single 16-bit "   \
-      "elements in 16-byte packs between an unaligned head and tail where y sits as x", LIMITS),  \
-  FWD(O, OP, "blockrow", NULL, "a warp or less per row, rmsnorm.fwd.blockrow_block threads per "  \
+      "elements in 16-byte packs between an unaligned head and tail where y sits as x", LIMITS,   \
+      ROW_YT),                                                                                    \
+  FWD_YT(O, OP, "blockrow", NULL, "a warp or less per row, rmsnorm.fwd.blockrow_block threads per "  \
       "CTA, shuffle reductions only; packs per thread: rmsnorm.fwd.blockrow_items, or "           \
-      "blockrow_group threads per row from blockrow_group_min_m rows", BR_LIMITS),                \
+      "blockrow_group threads per row from blockrow_group_min_m rows", BR_LIMITS, ROW_YT),        \
   FWD(O, OP, "persistent", NULL, "grid = SMs x resident CTAs striding over rows, weight in "      \
       "registers once per CTA, the next rows in flight through cp.async (rmsnorm.fwd.stages)",    \
       LIMITS),                                                                                    \
@@ -167,7 +171,7 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
   FWD_YT(O, OP, "slab", NULL, "a cluster of CTAs per block of rmsnorm.fwd.slab_rows rows, each "   \
       "CTA a slab of their columns in shared memory (cp.async), the rows' sums exchanged over "   \
       "the cluster; y from the slab, yt transposed on chip (fused_tiled)", SLAB_LIMITS, SLAB_YT), \
-  FWD(O, OP, "auto", auto_fwd, "staged from rmsnorm.fwd.staged_min_n columns where it fits, "     \
+  FWD_YT(O, OP, "auto", auto_fwd, "staged from rmsnorm.fwd.staged_min_n columns where it fits, "  \
       "blockrow for N <= rmsnorm.fwd.blockrow_max_n and rmsnorm.fwd.blockrow_min_m <= M <= "      \
       "rmsnorm.fwd.blockrow_max_m (below rmsnorm.fwd.row_min_n columns from "                     \
       "rmsnorm.fwd.narrow_min_m rows whatever M), persistent for M <= "                           \
@@ -175,8 +179,8 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "(LayerNorm: layernorm.fwd.narrow_min_m, row_min_n, persistent_max_m, and staged from "     \
       "layernorm.fwd.staged_min_waves of row's waves; add_rmsnorm: "                              \
       "add_rmsnorm.fwd.blockrow_max_n, narrow_min_m, staged up to "                               \
-      "add_rmsnorm.fwd.staged_max_waves)",                                                        \
-      AUTO_LIMITS),                                                                               \
+      "add_rmsnorm.fwd.staged_max_waves; with the chunked transposed copy never persistent)",     \
+      AUTO_LIMITS, ROW_YT),                                                                       \
   BWD(O, OP, "row", TEMP | ATOMIC, NL_REDUCE_TEMP, NULL, "one CTA per row; dW through an M x N "  \
       "fp32 temp and a column-reduce kernel (the old design)", LIMITS),                           \
   BWD(O, OP, "blockrow", PARTIALS | ATOMIC, NL_REDUCE_PARTIALS, NULL, "a warp or less per row, "  \

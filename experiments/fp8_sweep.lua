@@ -4,13 +4,15 @@
 --   <v>:fp8                  the norm writing y in fp8 (scale 1, amax; --scaling)
 --   <v>:fp8+yt:<t>           the same plus the transposed fp8 copy yt, written the way t:
 --                            strided (by the norm kernel), external (the norm, then the tiled
---                            transpose), fused_tiled (staged on chip by the norm kernel)
+--                            transpose), fused_tiled (staged on chip by the norm kernel),
+--                            chunked (the norm in chunks of rows, each launch also transposing
+--                            the chunk before it from L2)
 --   transpose:<s>            the transpose op alone on x (x's dtype out), strategy s
 --   cast_transpose:<s>       the transpose op casting x to fp8: y and yt (TransformerEngine's
 --                            cast_transpose), strategy s
 -- in GB/s by the byte model (fp8 elements count one byte) and % of the copy roofline, each
 -- checked against the fp64 reference first; a cell a variant cannot do says `skip: <reason>`.
--- Speedups: external over strided (time strided / time external) and tiled over naive.
+-- Speedups: external and chunked over strided (time strided / time t) and tiled over naive.
 --
 --   normlab experiments/fp8_sweep.lua [--op rmsnorm|layernorm|add_rmsnorm] [--device cuda]
 --       [--M 4096,32768] [--N 1024..16384] [--dtypes bf16] [--variants auto]
@@ -50,7 +52,7 @@ if args.shard then
 end
 local dev = nl.device(args.device)
 
-local WAYS = {"strided", "external", "fused_tiled"}
+local WAYS = {"strided", "external", "fused_tiled", "chunked"}
 
 -- The runs of the table: nl.bench options over the command line's, and each row's column.
 local runs = {}
@@ -106,6 +108,7 @@ local unpack_ = table.unpack or unpack
 local speedup = {}
 for _, v in ipairs(args.variants) do
   speedup[#speedup + 1] = {v .. ":fp8+yt:external", v .. ":fp8+yt:strided"}
+  speedup[#speedup + 1] = {v .. ":fp8+yt:chunked", v .. ":fp8+yt:strided"}
 end
 local have = {}
 for _, s in ipairs(transposes) do have[s] = true end

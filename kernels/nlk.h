@@ -22,10 +22,10 @@ enum { NLK_CAST_LLAMA = 0, NLK_CAST_GEMMA = 1, NLK_CAST_NONE = 2 };
 enum { NLK_REDUCE_TEMP = 1, NLK_REDUCE_PARTIALS = 2, NLK_REDUCE_ATOMIC = 3 };
 enum { NLK_RMSNORM = 0, NLK_LAYERNORM = 1, NLK_ADD_RMSNORM = 2, NLK_TRANSPOSE = 3 };
 enum { NLK_SCALING_DELAYED = 0, NLK_SCALING_CURRENT = 1 };
-/* How a kernel writes yt (nl_transpose). A norm kernel sees STRIDED or FUSED, or NONE with yt
- * NULL: EXTERNAL is the core's (the norm, then the transpose op's tiled kernel). */
+/* How a kernel writes yt (nl_transpose). A norm kernel sees STRIDED, FUSED or CHUNKED, or NONE
+ * with yt NULL: EXTERNAL is the core's (the norm, then the transpose op's tiled kernel). */
 enum { NLK_TRANSPOSE_NONE = 0, NLK_TRANSPOSE_STRIDED = 1, NLK_TRANSPOSE_EXTERNAL = 2,
-       NLK_TRANSPOSE_FUSED = 3 };
+       NLK_TRANSPOSE_FUSED = 3, NLK_TRANSPOSE_CHUNKED = 4 };
 enum { NLK_FWD = 0, NLK_BWD = 1 };
 
 /* Error codes of launchers: 0 ok; NLK_ERR_CUDA with the cudaError_t in nlk_norm.cuda_error. */
@@ -91,6 +91,7 @@ typedef struct nlk_transpose_tune {
   int32_t tile_m;
   int32_t tile_n;
   int32_t keep_max_mb; /* external: a y of up to this many MB is left in L2 for the transpose */
+  int32_t chunk_kb;    /* chunked: the KB of y per chunk of rows */
 } nlk_transpose_tune;
 
 typedef struct nlk_norm {
@@ -127,7 +128,7 @@ typedef struct nlk_norm {
                      * NULL (the core gives scratch when the caller wants no amax); kernels
                      * clear it themselves before reducing into it. */
   int32_t scaling;  /* NLK_SCALING_*, fp8 y only */
-  int32_t transpose; /* NLK_TRANSPOSE_STRIDED or _FUSED when yt is set, else NONE */
+  int32_t transpose; /* NLK_TRANSPOSE_STRIDED, _FUSED or _CHUNKED when yt is set, else NONE */
   int32_t keep_y;   /* forward, fp8 y: stored for L2 to keep, the external transpose reading it
                      * next; transpose: x was, and this is its last read */
   nlk_transpose_tune tr;

@@ -495,7 +495,7 @@ static void format_reduces(const nl_variant_desc *d, char *out, size_t cap)
 static void format_outputs(const nl_variant_desc *d, char *out, size_t cap)
 {
   static const char *const scaling[] = {"delayed", "current"};
-  static const char *const ways[] = {"default", "strided", "external", "fused_tiled"};
+  static const char *const ways[] = {"default", "strided", "external", "fused_tiled", "chunked"};
   size_t len = 0;
   int i, n = 0;
   out[0] = '\0';
@@ -505,7 +505,7 @@ static void format_outputs(const nl_variant_desc *d, char *out, size_t cap)
   if (n && len < cap)
     len += (size_t)snprintf(out + len, cap - len, " scaling)");
   n = 0;
-  for (i = NL_TRANSPOSE_STRIDED; i <= NL_TRANSPOSE_FUSED && len < cap; i++)
+  for (i = NL_TRANSPOSE_STRIDED; i <= NL_TRANSPOSE_CHUNKED && len < cap; i++)
     if (d->transposes & (1u << i))
       len += (size_t)snprintf(out + len, cap - len, "%s%s",
                               n++ ? ", " : len ? "; transposed copy yt: " : "transposed copy yt: ",

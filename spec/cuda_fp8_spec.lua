@@ -218,6 +218,15 @@ describe("#cuda fp8 output of the CUDA forwards", function()
                   for _, way in ipairs(ways) do
                     local go = {variant = v, out_dtype = f8, scaling = scaling, amax = true,
                       transpose = way, scale = scaling == "current" and keep(cuda:empty({1})) or 2}
+                    local okw, whyw = nl.supports(name, args_of(op, gx, keep(cuda:empty(s, f8)),
+                      {w = gw, scaling = scaling, scale = keep(cuda:full({1}, 2)), transpose = way,
+                        yt = keep(cuda:empty({s[2], s[1]}, f8))}))
+                    -- chunked takes the rows that one-row kernels hold (not the looping kernel's)
+                    assert.is_true(okw or way == "chunked" and whyw:find("one-row kernel", 1, true) ~= nil,
+                      what .. " " .. way .. ": " .. tostring(whyw))
+                    if not okw then
+                      goto next_way
+                    end
                     local y, yt, amax = forward(op, gx, gw, go)
                     -- one ulp: an eighth (e4m3) or a quarter (e5m2) of the value, or the
                     -- subnormal quantum
@@ -232,6 +241,7 @@ describe("#cuda fp8 output of the CUDA forwards", function()
                     assert.is_true(math.abs(amax:get(1) - ramax:get(1)) <= rtol * ramax:get(1), what)
                     local back = keep(nl.transpose(yt, {variant = "tiled"}))
                     same(back, y, what .. " " .. way .. " yt")
+                    ::next_way::
                   end
                   if scaling == "current" and v ~= "auto" then
                     local gy = keep(cuda:empty(s, f8))
@@ -275,6 +285,47 @@ describe("#cuda fp8 output of the CUDA forwards", function()
     end
   end)
 
+  -- transpose = "chunked" runs the forward in chunks of transpose.chunk_kb of y, each launch
+  -- also transposing the chunk before it: y, yt and amax as external gives them, whatever the
+  -- chunk (one tile of rows, several with a part-filled last, one chunk), the tile, 16-byte or
+  -- element accesses (111 columns), either scaling, with and without cuda.pdl.
+  it_cuda("chunked yt: every chunk and tile gives external's bits", function()
+    for _, op in ipairs(OPS) do
+      for _, s in ipairs({{515, 1040}, {4099, 111}, {37, 4096}, {1, 64}}) do
+        local x = keep(cuda:randn(s, "bf16", {seed = 33}))
+        local w = keep(cuda:randn({s[2]}, "bf16", {seed = 34, mean = 1, std = 0.2}))
+        for _, v in ipairs({"row", "blockrow", "auto"}) do
+          local probe = args_of(op, x, keep(cuda:empty(s, "fp8e4m3")), {w = w, transpose = "chunked",
+            yt = keep(cuda:empty({s[2], s[1]}, "fp8e4m3"))})
+          local ok, why = nl.supports(op .. ".fwd." .. v, probe)
+          if not ok then -- blockrow's rows are narrow
+            assert.truthy(why:find("N = ", 1, true), why)
+          end
+          for _, scaling in ipairs(ok and {"delayed", "current"} or {}) do
+            local function run(way)
+              return forward(op, x, w, {variant = v, out_dtype = "fp8e4m3", transpose = way,
+                scaling = scaling, amax = true, scale = scaling == "current" and keep(cuda:empty({1})) or 2})
+            end
+            local y0, yt0, am0 = run("external")
+            for _, set in ipairs({{1, 64, 128}, {4, 16, 16}, {64, 32, 256}, {16384, 64, 128}}) do
+              for pdl = 0, 1 do
+                helper.with_settings({["transpose.chunk_kb"] = set[1], ["transpose.tile_m"] = set[2],
+                  ["transpose.tile_n"] = set[3], ["cuda.pdl"] = pdl}, function()
+                    local what = string.format("%s.fwd.%s %s %dx%d chunk %d KB, tile %dx%d, pdl %d", op,
+                      v, scaling, s[1], s[2], set[1], set[2], set[3], pdl)
+                    local y, yt, am = run("chunked")
+                    same(y, y0, what .. ": y")
+                    same(yt, yt0, what .. ": yt")
+                    assert.are.equal(am0:get(1), am:get(1), what .. ": amax")
+                  end)
+              end
+            end
+          end
+        end
+      end
+    end
+  end)
+
   it_cuda("yt in x's dtype: every forward's transposed copy by each way is y transposed, exactly", function()
     for _, op in ipairs(OPS) do
       for _, dt in ipairs({"bf16", "fp32"}) do
@@ -293,11 +344,19 @@ describe("#cuda fp8 output of the CUDA forwards", function()
               local plain = forward(op, x, w, {variant = v})
               for _, way in ipairs(ways) do
                 local what = string.format("%s %s %dx%d %s", name, dt, s[1], s[2], way)
+                if way == "chunked" then -- an fp8 y only
+                  local okc, whyc = nl.supports(name, args_of(op, x, keep(cuda:empty(s, dt)),
+                    {w = w, yt = keep(cuda:empty({s[2], s[1]}, dt)), transpose = way}))
+                  assert.is_false(okc, what)
+                  assert.truthy(whyc:find("the chunked transposed copy takes an fp8 y", 1, true), whyc)
+                  goto next_way
+                end
                 local y, yt = forward(op, x, w, {variant = v, transpose = way})
                 same(y, plain, what .. ": y as without yt")
                 same(yt, keep(nl.transpose(y, {variant = "naive"})), what)
                 local info = nl.run(name, args_of(op, x, y, {w = w, yt = yt, transpose = way}))
                 assert.are.equal(way, info.transpose, what)
+                ::next_way::
               end
             else
               assert.truthy(why:find("shared memory", 1, true) or why:find("N =", 1, true), why)

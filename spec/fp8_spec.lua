@@ -491,17 +491,19 @@ describe("the transpose op on the CPU", function()
     end)
   end)
 
-  it("experiments/fp8_sweep.lua runs on the CPU (fused_tiled: skip)", function()
+  it("experiments/fp8_sweep.lua runs on the CPU (fused_tiled, chunked: skip)", function()
     local ok, out, err = helper.run_script("experiments/fp8_sweep.lua", {"--device", "cpu",
       "--M", "4", "--N", "16", "--batches", "1"}, {["bench.warmup_ms"] = 1, ["bench.batch_ms"] = 1})
     assert.is_true(ok, tostring(err))
     for _, col in ipairs({"auto", "auto:fp8", "auto:fp8+yt:strided", "auto:fp8+yt:external",
-        "auto:fp8+yt:fused_tiled", "transpose:tiled", "cast_transpose:tiled",
+        "auto:fp8+yt:fused_tiled", "auto:fp8+yt:chunked", "transpose:tiled", "cast_transpose:tiled",
         "auto:fp8+yt:external/auto:fp8+yt:strided"}) do
       assert.truthy(out:find(col, 1, true), col .. "\n" .. out)
     end
     assert.truthy(out:find("skip auto:fp8+yt:fused_tiled: rmsnorm.fwd.row: transpose "
       .. "'fused_tiled' (the transposed copy yt) is not supported by this strategy", 1, true), out)
+    assert.truthy(out:find("skip auto:fp8+yt:chunked: rmsnorm.fwd.row: transpose "
+      .. "'chunked' (the transposed copy yt) is not supported by this strategy", 1, true), out)
     assert.falsy(out:find("FAIL", 1, true), out)
   end)
 end)
@@ -545,12 +547,15 @@ describe("fp8 and transpose options", function()
       {"rmsnorm.fwd.ref: option transpose 'strided' needs yt, the buffer of the transposed copy",
         {x = x, y = y, transpose = "strided", eps = 1e-6}},
       {"rmsnorm.fwd.ref: unknown scaling 7 (0 delayed, 1 current)", {x = x, y = y, scaling = 7, eps = 1e-6}},
-      {"rmsnorm.fwd.ref: unknown transpose -1 (0 default, 1 strided, 2 external, 3 fused_tiled)",
+      {"rmsnorm.fwd.ref: unknown transpose -1 (0 default, 1 strided, 2 external, 3 fused_tiled, "
+        .. "4 chunked)",
         {x = x, y = y, yt = yt8, transpose = -1, eps = 1e-6}},
       {"rmsnorm.fwd.ref: output 'amax' is the same buffer as 'scale' (outputs must be distinct buffers)",
         {x = x, y = y, scale = amax, amax = amax, eps = 1e-6}},
       {"rmsnorm.fwd.row: transpose 'fused_tiled' (the transposed copy yt) is not supported by this strategy",
         {x = x, y = y, yt = yt8, transpose = "fused_tiled", eps = 1e-6}, "rmsnorm.fwd.row"},
+      {"rmsnorm.fwd.row: transpose 'chunked' (the transposed copy yt) is not supported by this strategy",
+        {x = x, y = y, yt = yt8, transpose = "chunked", eps = 1e-6}, "rmsnorm.fwd.row"},
       {"transpose.fwd.ref: option transpose 'strided' applies to the norms' transposed copy; the "
         .. "transpose op writes yt itself", {x = x, yt = bft, transpose = "strided"}, "transpose.fwd.ref"},
       {"transpose.fwd.ref: argument 'yt' is fp16 but x is bf16 (yt is x's dtype or fp8e4m3 / fp8e5m2)",
@@ -576,7 +581,7 @@ describe("fp8 and transpose options", function()
       .. "computes it: give a buffer to receive it", nl.rmsnorm, x, w,
       {out_dtype = "fp8e4m3", scaling = "current", scale = 2, out = y})
     raises("rmsnorm: option 'transpose' must be one of default, strided, external, fused_tiled, "
-      .. "got 'sideways'", nl.rmsnorm, x, w, {transpose = "sideways"})
+      .. "chunked, got 'sideways'", nl.rmsnorm, x, w, {transpose = "sideways"})
     raises("transpose: option 'scaling' comes with an fp8 output (out_dtype fp8e4m3 or "
       .. "fp8e5m2), but the output is bf16", nl.transpose, x, {scaling = "current"})
     raises("unknown option 'transpose' for cast_transpose (expected: variant, "

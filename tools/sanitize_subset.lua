@@ -297,4 +297,37 @@ local y, rstd, yt = nl.rmsnorm(x, nil, {variant = "row", transpose = "external"}
 dev:sync()
 for _, b in ipairs({x, y, rstd, yt}) do b:free() end
 runs = runs + 1
+-- The chunked transposed copy: chunks of one tile of rows (launches of rows and the tiles of
+-- the chunk before, a last one of tiles only), 16-byte tiles and the element path (111
+-- columns), both scalings, rows of a CTA and of a warp, with and without cuda.pdl.
+nl.set("transpose.chunk_kb", 1)
+nl.set("transpose.tile_m", 16)
+nl.set("transpose.tile_n", 64)
+for _, s in ipairs({{83, 1040}, {133, 111}}) do
+  local cx = dev:randn(s, "bf16", {seed = 14})
+  for _, pdl in ipairs({0, 1}) do
+    nl.set("cuda.pdl", pdl)
+    for _, v in ipairs({"row", "blockrow"}) do
+      for _, scaling in ipairs({"delayed", "current"}) do
+        local o = {variant = v, out_dtype = "fp8e4m3", transpose = "chunked", scaling = scaling,
+          amax = true}
+        local probe = {x = cx, y = dev:empty(s, "fp8e4m3"), yt = dev:empty({s[2], s[1]}, "fp8e4m3"),
+          transpose = "chunked", eps = 1e-6}
+        if nl.supports("rmsnorm.fwd." .. v, probe) then
+          local outs = {nl.rmsnorm(cx, nil, o)}
+          for _, b in ipairs(outs) do b:free() end
+          runs = runs + 1
+        end
+        probe.y:free()
+        probe.yt:free()
+      end
+    end
+  end
+  cx:free()
+end
+dev:sync()
+nl.reset("cuda.pdl")
+nl.reset("transpose.chunk_kb")
+nl.reset("transpose.tile_m")
+nl.reset("transpose.tile_n")
 print(string.format("sanitize subset: %d launches of CUDA variants completed", runs))

@@ -67,7 +67,9 @@ typedef enum nl_transpose {
   NL_TRANSPOSE_DEFAULT = 0,  /* the variant's choice: fused, else external, else strided */
   NL_TRANSPOSE_STRIDED = 1,  /* the norm kernel stores yt's elements itself (uncoalesced) */
   NL_TRANSPOSE_EXTERNAL = 2, /* the norm writes y, then the op transpose's tiled kernel copies it */
-  NL_TRANSPOSE_FUSED = 3     /* the norm kernel stages tiles of y on chip and stores yt's rows */
+  NL_TRANSPOSE_FUSED = 3,    /* the norm kernel stages tiles of y on chip and stores yt's rows */
+  NL_TRANSPOSE_CHUNKED = 4   /* the norm in chunks of rows, each launch also transposing the tiles
+                              * of the chunk before it, read back from L2 */
 } nl_transpose;
 
 /* How the weight (and bias) gradient is reduced over rows. */

@@ -83,8 +83,18 @@ struct FwdOut {
   int32_t slab_cols; /* SLAB: the columns of a CTA's slab (N / the cluster's CTAs) */
   int16_t slab_rows; /* SLAB: the rows of a cluster's block */
   int8_t pass;   /* FwdPass */
-  bool keep_y;   /* an fp8 y stored for L2 to keep (the external transpose reads it next) */
+  bool keep_y;   /* an fp8 y stored for L2 to keep (the transpose reads it next) */
+  /* the chunked transposed copy (fp8 outputs without _T): this launch's CTAs from row_ctas on
+   * each transpose a tile_m x tile_n tile of the previous chunk's tile_rows rows of y
+   * (tile_y, row stride FwdArgs.sy) into yt (tile_yt: yt at that chunk's first row) */
+  const void *tile_y;
+  void *tile_yt;
+  int32_t tile_rows, row_ctas;
+  int16_t tile_m, tile_n;
+  bool chunked;
+  bool tile_vec; /* y, yt and their rows 16-byte aligned: 16-byte tile loads and stores */
 };
+static_assert(sizeof(FwdOut) <= 128, "FwdOut: at most two 64-byte lines");
 
 /* What a kernel writes y as (its OUT parameter): x's dtype and nothing else (PLAIN: the
  * kernels as they were before fp8, which take no register for the rest), x's dtype with a
@@ -632,6 +642,31 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
   }
 }
 
+/* The chunked transposed copy (nlk TRANSPOSE_CHUNKED): a forward in chunks of rows, launch c
+ * running the rows of chunk c and, in its last CTAs, the tiles of chunk c - 1 (run_chunked).
+ * A tile CTA waits (griddepcontrol.wait) for launch c - 1 to finish, so the kernel boundary
+ * orders y's stores before the tile's loads: no counters, no fence per row, no order of CTAs
+ * assumed; every launch lets the next one start at once (pdl_trigger), so the next chunk's
+ * rows run while these tiles drain. y is stored for L2 to keep (keep_y) and read back by the
+ * tile once (evict_first), one chunk of y in L2 at a time. Each tile: rows through cp.async
+ * into the swizzled tile (tile.cuh), then its transposing read; element by element where y's
+ * or yt's rows are not 16-byte aligned (tile_vec). Hazard: every launch with tiles waits on
+ * the one before, so the last launch's end orders the whole chain. */
+template <typename O> __device__ __forceinline__ void chunk_tile(const FwdArgs &a, const FwdOut &o)
+{
+  extern __shared__ __align__(16) unsigned char tile_smem[];
+  const Tile<O, 16> t(tile_smem, o.tile_m, o.tile_n);
+  const int tiles_n = (a.N + o.tile_n - 1) / o.tile_n;
+  const int k = blockIdx.x - o.row_ctas, tr = k / tiles_n;
+  const int64_t i0 = (int64_t)tr * o.tile_m;
+  const int j0 = (k - tr * tiles_n) * o.tile_n;
+  pdl_wait();
+  t.stage(o.tile_y, a.sy, i0, j0, o.tile_rows, a.N, o.tile_m, o.tile_n, o.tile_vec, true);
+  copy_wait(0);
+  __syncthreads();
+  t.template put_transposed<Cast::COPY>(i0, j0, o.tile_rows, a.N, o.tile_yt, o.syt, o.tile_vec, 1.f);
+}
+
 /* CTA, WARP and GROUPS: each group handles exactly one row. The weight (and LayerNorm's
  * bias) is read after the reduction, from L1 (the CTAs of an SM share it; x streams past it),
  * or with EARLY (Hold::EARLY_W, RMSNorm only: add_rmsnorm's residual packs leave no registers
@@ -647,6 +682,15 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
     fwd_one(FwdArgs a, FwdOut o)
 {
   pdl_begin(a.pdl);
+  if constexpr (out_fp8(OUT) && !out_yt(OUT)) {
+    if (o.chunked) {
+      pdl_trigger();
+      if (blockIdx.x >= o.row_ctas) {
+        chunk_tile<typename Epi<T, OUT>::O>(a, o);
+        return;
+      }
+    }
+  }
   Epi<T, OUT> e(o);
   const Group g(a.group, GroupMap::ANY_CTA, Lanes<LANES>{});
   const int G = g.G, lane = g.lane, nvec = a.N / VEC;
@@ -1207,7 +1251,7 @@ struct FwdPlan {
  * OUT), or x's dtype alone. */
 Out out_of(const nlk_norm *k)
 {
-  const bool strided = k->yt && k->transpose != NLK_TRANSPOSE_FUSED;
+  const bool strided = k->yt && k->transpose == NLK_TRANSPOSE_STRIDED;
   if (k->ydt == NLK_F8E4M3)
     return strided ? Out::E4M3_T : Out::E4M3;
   if (k->ydt == NLK_F8E5M2)
@@ -1428,6 +1472,62 @@ bool plan(const nlk_norm *k, const Candidates &cands, FwdPlan *p)
   return first_fit(cands, [&](Candidate c) { return fit<T>(k, c.rows, p); });
 }
 
+/* The chunked transposed copy's rows per chunk: transpose.chunk_kb of y (fp8: a byte an
+ * element), in whole tiles of rows, at least one. */
+int64_t chunk_rows(const nlk_norm *k)
+{
+  const int64_t tm = k->tr.tile_m, rows = ((int64_t)k->tr.chunk_kb << 10) / k->N / tm * tm;
+  return rows > tm ? rows : tm;
+}
+
+/* The chunked transposed copy's launches (chunk_tile): launch c runs the rows of chunk c (x,
+ * y, the statistics and the residuals taken from the chunk's first row) and the tiles of
+ * chunk c - 1 behind them, the last launch tiles only. Launch 0 starts as launch_norm's would
+ * (waiting on the kernel before it when k->pdl, before it lets launch 1 start); the others
+ * are programmatic dependents of the one before. */
+template <typename T> int run_chunked(nlk_norm *k, const FwdPlan &p, const FwdArgs &a0, FwdOut o)
+{
+  const int64_t S = chunk_rows(k), chunks = (k->M + S - 1) / S, per_cta = rows_per_cta(p.c);
+  const int64_t tiles_n = (k->N + k->tr.tile_n - 1) / k->tr.tile_n;
+  const size_t smem = (size_t)k->tr.tile_m * k->tr.tile_n; /* a tile of fp8 y */
+  const cudaError_t e = allow_smem(k, p.kernel, smem);
+  if (e != cudaSuccess)
+    return cuda_result(k, e);
+  auto at = [](const void *base, int64_t row, int64_t stride, size_t elt) -> char * {
+    return base ? (char *)base + row * stride * (int64_t)elt : NULL;
+  };
+  auto rows_of = [&](int64_t c) { return c < chunks ? (k->M - c * S < S ? k->M - c * S : S) : 0; };
+  o.chunked = true;
+  o.tile_vec = (uintptr_t)k->y % 16 == 0 && (uintptr_t)k->yt % 16 == 0 && (k->M == 1 || k->sy % 16 == 0) &&
+               k->syt % 16 == 0;
+  o.tile_m = (int16_t)k->tr.tile_m;
+  o.tile_n = (int16_t)k->tr.tile_n;
+  k->grid = (int32_t)((rows_of(0) + per_cta - 1) / per_cta + (S + o.tile_m - 1) / o.tile_m * tiles_n);
+  k->resident = occupancy(k, p.kernel, p.c.block, smem);
+  for (int64_t c = 0; c <= chunks; c++) {
+    const int64_t r0 = c * S, rows = rows_of(c), prev = c > 0 ? rows_of(c - 1) : 0;
+    FwdArgs a = a0;
+    a.x = at(a0.x, r0, k->sx, sizeof(T));
+    a.y = at(a0.y, r0, k->sy, 1);
+    a.rstd = a0.rstd ? a0.rstd + r0 : NULL;
+    a.mean = a0.mean ? a0.mean + r0 : NULL;
+    a.res = at(a0.res, r0, k->sres, sizeof(T));
+    a.res_out = at(a0.res_out, r0, k->sres_out, sizeof(T));
+    a.M = rows;
+    a.pdl = c == 0 && a0.pdl;
+    o.row_ctas = (int32_t)((rows + per_cta - 1) / per_cta);
+    o.tile_rows = (int32_t)prev;
+    o.tile_y = c > 0 ? at(k->y, r0 - S, k->sy, 1) : NULL;
+    o.tile_yt = c > 0 ? at(k->yt, r0 - S, 1, 1) : NULL;
+    const int64_t grid = o.row_ctas + (prev + o.tile_m - 1) / o.tile_m * tiles_n;
+    void *args[] = {&a, &o};
+    const int rc = launch_kernel(k, p.kernel, grid, p.c.block, smem, args, 1, 1, c > 0 || k->pdl);
+    if (rc != NLK_OK)
+      return rc;
+  }
+  return NLK_OK;
+}
+
 /* Plans the first of `cands` that fits and launches it on grid_of's grid. An fp8 y: amax
  * cleared first (clear_amax); current scaling launches the kernel twice, for amax (storing
  * nothing), then for y with the scale from it (the inputs read twice: extra_bytes). */
@@ -1472,6 +1572,8 @@ int run(nlk_norm *k, const Candidates &cands)
     k->current_passes = 2;
     k->extra_bytes = k->M * k->N * (int64_t)sizeof(T) * (k->res ? 2 : 1);
   }
+  if (k->transpose == NLK_TRANSPOSE_CHUNKED)
+    return run_chunked<T>(k, p, a, o);
   return launch_norm(k, p.kernel, grid, p.c.block, p.smem, args, 1, p.cluster);
 }
 
@@ -1527,8 +1629,35 @@ int staged_supports(const nlk_norm *k, char *why, size_t cap)
   return NLK_ERR_UNSUPPORTED;
 }
 
-/* Every strategy's own limit, after FwdArgs' int32 row strides (unused with one row). */
-template <int (*LIMIT)(const nlk_norm *, char *, size_t)>
+/* The chunked transposed copy (run_chunked): an fp8 y, rows of one-row kernels (fwd_one), a
+ * tile of powers of two from 16 (a 16-byte yt chunk per tile column) that fits shared memory. */
+template <Candidates (*ROWS)()> int chunked_supports(const nlk_norm *k, char *why, size_t cap)
+{
+  const int tm = k->tr.tile_m, tn = k->tr.tile_n;
+  if (!nlk_is_fp8(k->ydt)) {
+    snprintf(why, cap, "the chunked transposed copy takes an fp8 y (y is %s)", nlk_dtype_name(k->ydt));
+    return NLK_ERR_UNSUPPORTED;
+  }
+  if (tm < 16 || tn < 16 || (tm & (tm - 1)) || (tn & (tn - 1)) ||
+      (int64_t)tm * tn > k->smem_optin - 1024) {
+    snprintf(why, cap, "chunked: the tile %d x %d (transpose.tile_m x transpose.tile_n) is not of "
+             "powers of two from 16 that fit a CTA's shared memory", tm, tn);
+    return NLK_ERR_UNSUPPORTED;
+  }
+  return with_dtype(k->dt, [&](auto t) {
+    FwdPlan p;
+    if (plan<decltype(t)>(k, ROWS(), &p) &&
+        (p.rows == Rows::CTA || p.rows == Rows::WARP || p.rows == Rows::GROUPS))
+      return NLK_OK;
+    snprintf(why, cap, "chunked: N = %lld is past the rows a one-row kernel holds in registers",
+             (long long)k->N);
+    return NLK_ERR_UNSUPPORTED;
+  });
+}
+
+/* Every strategy's own limit, after FwdArgs' int32 row strides (unused with one row), and the
+ * chunked transposed copy's where it is asked for. */
+template <int (*LIMIT)(const nlk_norm *, char *, size_t), Candidates (*ROWS)()>
 int fwd_supports(const nlk_norm *k, char *why, size_t cap)
 {
   const int64_t strides[] = {k->sx, k->sy, k->res ? k->sres : 0, k->res ? k->sres_out : 0};
@@ -1538,7 +1667,10 @@ int fwd_supports(const nlk_norm *k, char *why, size_t cap)
                (long long)s, INT32_MAX);
       return NLK_ERR_UNSUPPORTED;
     }
-  return LIMIT(k, why, cap);
+  const int rc = LIMIT(k, why, cap);
+  if (rc != NLK_OK || !k->yt || k->transpose != NLK_TRANSPOSE_CHUNKED)
+    return rc;
+  return chunked_supports<ROWS>(k, why, cap);
 }
 
 } // namespace
@@ -1550,15 +1682,17 @@ int fwd_supports(const nlk_norm *k, char *why, size_t cap)
 #ifndef NLK_INSTANCE
 
 extern "C" const nlk_strategy nlk_cuda_fwd[] = {
-  {"row", NLK_FWD, nlk::launch_row, NULL, nlk::fwd_supports<nlk::max_n_supports>,
+  {"row", NLK_FWD, nlk::launch_row, NULL, nlk::fwd_supports<nlk::max_n_supports, nlk::row_rows>,
    nlk::waves_of<nlk::row_rows>},
-  {"blockrow", NLK_FWD, nlk::launch_blockrow, NULL, nlk::fwd_supports<nlk::warp_row_supports>,
+  {"blockrow", NLK_FWD, nlk::launch_blockrow, NULL,
+   nlk::fwd_supports<nlk::warp_row_supports, nlk::blockrow_rows>,
    nlk::waves_of<nlk::blockrow_rows>},
-  {"persistent", NLK_FWD, nlk::launch_persistent, NULL, nlk::fwd_supports<nlk::max_n_supports>,
+  {"persistent", NLK_FWD, nlk::launch_persistent, NULL,
+   nlk::fwd_supports<nlk::max_n_supports, nlk::persistent_rows>,
    nlk::waves_of<nlk::persistent_rows>},
-  {"staged", NLK_FWD, nlk::launch_staged, NULL, nlk::fwd_supports<nlk::staged_supports>,
+  {"staged", NLK_FWD, nlk::launch_staged, NULL, nlk::fwd_supports<nlk::staged_supports, nlk::staged_rows>,
    nlk::waves_of<nlk::staged_rows>},
-  {"slab", NLK_FWD, nlk::launch_slab, NULL, nlk::fwd_supports<nlk::slab_supports>,
+  {"slab", NLK_FWD, nlk::launch_slab, NULL, nlk::fwd_supports<nlk::slab_supports, nlk::slab_rows>,
    nlk::waves_of<nlk::slab_rows>},
   {NULL, 0, NULL, NULL, NULL, NULL},
 };

@@ -96,6 +96,39 @@ template <typename TS, int V> struct Tile {
     return reinterpret_cast<P *>(base + ((size_t)r << (lpw + 2)) + (size_t)word * 4);
   }
 
+  /* Stages rows i0 .. i0 + tile_m - 1, columns j0 .. j0 + tile_n - 1 of x into the tile, the
+   * CTA's threads taking 16-byte chunks in turn: with vec (x and its rows 16-byte aligned)
+   * cp.async copies, all in flight at once and holding no registers (committed here; the
+   * caller waits), and element loads for a chunk that N cuts (zeros past N) or for every
+   * chunk without vec. Rows past M and chunks past N are
+   * not loaded: their slots keep stale data that no store reads. last: x is read for the last
+   * time (an evict_first policy, which lifts a keeping store's evict_last). */
+  __device__ __forceinline__ void stage(const void *x, int64_t sx, int64_t i0, int j0, int64_t M,
+                                        int N, int tile_m, int tile_n, bool vec, bool last) const
+  {
+    constexpr int VI = 16 / ES, LVI = VI == 16 ? 4 : VI == 8 ? 3 : 2;
+    const int lcpr = (__ffs(tile_n) - 1) - LVI; /* log2 of the 16-byte chunks per tile row */
+    const int loads = tile_m << lcpr;
+    for (int c = threadIdx.x; c < loads; c += blockDim.x) {
+      const int r = c >> lcpr, col = (c & ((1 << lcpr) - 1)) << LVI;
+      const int64_t i = i0 + r;
+      const int j = j0 + col;
+      if (i >= M || j >= N)
+        continue;
+      Pack<TS, VI> *dst = at<Pack<TS, VI>>(r, col);
+      if (vec && j + VI <= N) {
+        copy_async(dst, row_packs<TS, VI>(const_cast<void *>(x), i, sx) + j / VI, last);
+      } else {
+        Pack<TS, VI> p;
+#pragma unroll
+        for (int e = 0; e < VI; e++)
+          p.v[e] = j + e < N ? static_cast<const TS *>(x)[i * sx + j + e] : TS{};
+        *dst = p;
+      }
+    }
+    copy_commit();
+  }
+
   /* The transposing read: each of the CTA's threads takes word columns of V rows, casts the
    * 4 / ES elements of the words into as many yt chunks and stores each to its yt row (so a
    * warp's stores are RB x 16 contiguous bytes of 32 / RB yt rows). The tile's row 0 is row

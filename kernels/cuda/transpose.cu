@@ -178,17 +178,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
   for (int tr = blockIdx.y; tr < tiles_m; tr += gridDim.y) {
     const int i0 = (tiles_m - 1 - tr) << ltm;
     if constexpr (STAGE) {
-      for (int c = threadIdx.x; c < loads; c += TR_THREADS) {
-        const Chunk k = chunk(c, i0);
-        if (!k.in)
-          continue;
-        Pack<TI, VI> *dst = t.template at<Pack<TI, VI>>(k.r, k.col);
-        if (k.j + VI <= a.N)
-          copy_async(dst, row_packs<TI, VI>(const_cast<void *>(a.x), k.i, a.sx) + k.j / VI, a.last_read);
-        else
-          *dst = load_elems(k);
-      }
-      copy_commit();
+      t.stage(a.x, a.sx, i0, j0, a.M, a.N, a.tile_m, a.tile_n, true, a.last_read);
       copy_wait(0);
       if (a.track || a.y) {
         for (int c = threadIdx.x; c < loads; c += TR_THREADS) {

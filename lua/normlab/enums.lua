@@ -16,5 +16,6 @@ return {
                   {"hot", "NL_BENCH_HOT"}}),
   scaling = enum(K, {{"delayed", "NL_SCALING_DELAYED"}, {"current", "NL_SCALING_CURRENT"}}),
   transpose = enum(K, {{"default", "NL_TRANSPOSE_DEFAULT"}, {"strided", "NL_TRANSPOSE_STRIDED"},
-                       {"external", "NL_TRANSPOSE_EXTERNAL"}, {"fused_tiled", "NL_TRANSPOSE_FUSED"}}),
+                       {"external", "NL_TRANSPOSE_EXTERNAL"}, {"fused_tiled", "NL_TRANSPOSE_FUSED"},
+                       {"chunked", "NL_TRANSPOSE_CHUNKED"}}),
 }
