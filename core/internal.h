@@ -62,6 +62,11 @@ typedef struct nl_knobs {
   nlk_fwd_tune fwd;
   nlk_bwd_tune bwd;
   nlk_transpose_tune tr;
+  /* the default way of an fp8 y's transposed copy (plan_transpose): chunked from chunked_min_n
+   * to chunked_max_n columns where the strategy takes it */
+  struct {
+    int64_t chunked_min_n, chunked_max_n;
+  } tr_way;
 } nl_knobs;
 
 /* build_id.c, generated: SHA-256 over kernels/, the registry lines and the build configuration */

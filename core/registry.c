@@ -449,10 +449,27 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
   return NL_OK;
 }
 
-/* The way a norm forward writes yt: the one asked for, else the variant's first of fused,
- * external, strided (caps_ok has checked that it has it). External is the core's: the norm
- * kernel sees no yt, and the backend's tiled transpose (transpose.fwd.tiled) copies y into yt
- * after it (ext_k), bit for bit: y is already in its final dtype and scaled. */
+/* Whether an fp8 y's transposed copy is chunked by default: from transpose.chunked_min_n to
+ * chunked_max_n columns, where the strategy offers it and its kernels take it. */
+static int chunked_default(nl_plan *plan)
+{
+  nlk_norm *k = &plan->k;
+  char why[256];
+  int ok;
+  if (!(plan->v->transposes & NL_TR(NL_TRANSPOSE_CHUNKED)) || !nlk_is_fp8(k->ydt) ||
+      k->N < plan->kn.tr_way.chunked_min_n || k->N > plan->kn.tr_way.chunked_max_n)
+    return 0;
+  k->transpose = NLK_TRANSPOSE_CHUNKED;
+  ok = !plan->ks->supports || plan->ks->supports(k, why, sizeof why) == NLK_OK;
+  k->transpose = NLK_TRANSPOSE_NONE;
+  return ok;
+}
+
+/* The way a norm forward writes yt: the one asked for, else chunked (chunked_default), else the
+ * variant's first of fused, external, strided (caps_ok has checked that it has it). External
+ * is the core's: the norm kernel sees no yt, and the backend's tiled transpose
+ * (transpose.fwd.tiled) copies y into yt after it (ext_k), bit for bit: y is already in its
+ * final dtype and scaled. */
 static nl_status plan_transpose(nl_ctx *ctx, nl_plan *plan)
 {
   static const int order[] = {NL_TRANSPOSE_FUSED, NL_TRANSPOSE_EXTERNAL, NL_TRANSPOSE_STRIDED};
@@ -464,6 +481,8 @@ static nl_status plan_transpose(nl_ctx *ctx, nl_plan *plan)
     k->transpose = NLK_TRANSPOSE_NONE;
     return NL_OK;
   }
+  if (tr == NL_TRANSPOSE_DEFAULT && chunked_default(plan))
+    tr = NL_TRANSPOSE_CHUNKED;
   for (int i = 0; tr == NL_TRANSPOSE_DEFAULT && i < 3; i++)
     if (plan->v->transposes & NL_TR(order[i]))
       tr = order[i];

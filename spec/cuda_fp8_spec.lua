@@ -324,6 +324,32 @@ describe("#cuda fp8 output of the CUDA forwards", function()
         end
       end
     end
+    -- nl.bench checks it against ref, which writes yt its own way
+    helper.with_settings({["bench.warmup_ms"] = 1, ["bench.batch_ms"] = 1}, function()
+      local r = nl.bench{op = "rmsnorm", M = 67, N = {1040}, device = "cuda", batches = 1,
+        progress = false, out_dtype = "fp8e4m3", transpose = "chunked", variants = {"row"}}
+      assert.are.equal("ok", r.rows[1].status, tostring(r.rows[1].reason))
+      assert.are.equal("chunked", r.rows[1].transpose)
+      assert.is_true(r.rows[1].check.yt.ok and r.rows[1].check.amax.ok)
+    end)
+  end)
+
+  -- transpose.chunked_min_n .. chunked_max_n: the columns whose fp8 y takes chunked by default
+  -- (where the strategy has it), external outside them, and for a y in x's dtype
+  it_cuda("the default transposed copy: chunked within transpose.chunked_min_n .. chunked_max_n", function()
+    helper.with_settings({["transpose.chunked_min_n"] = 1024, ["transpose.chunked_max_n"] = 2048}, function()
+      for _, c in ipairs({{1040, "row", "fp8e4m3", "chunked"}, {1040, "auto", "fp8e4m3", "chunked"},
+          {4096, "row", "fp8e4m3", "external"}, {1040, "row", "bf16", "external"},
+          {1040, "staged", "fp8e4m3", "external"}}) do
+        local s = {67, c[1]}
+        local x = keep(cuda:randn(s, "bf16", {seed = 35}))
+        local y, yt = keep(cuda:empty(s, c[3])), keep(cuda:empty({s[2], s[1]}, c[3]))
+        local info = nl.run("rmsnorm.fwd." .. c[2], {x = x, y = y, yt = yt, eps = 1e-6})
+        local what = string.format("%s %s N = %d", c[2], c[3], c[1])
+        assert.are.equal(c[4], info.transpose, what)
+        same(yt, keep(nl.transpose(y, {variant = "naive"})), what)
+      end
+    end)
   end)
 
   it_cuda("yt in x's dtype: every forward's transposed copy by each way is y transposed, exactly", function()

@@ -64,7 +64,9 @@ typedef enum nl_scaling {
 
 /* How a forward writes yt, the transposed copy of y (the weight-gradient GEMM's operand). */
 typedef enum nl_transpose {
-  NL_TRANSPOSE_DEFAULT = 0,  /* the variant's choice: fused, else external, else strided */
+  NL_TRANSPOSE_DEFAULT = 0,  /* the variant's choice: chunked for an fp8 y of
+                              * transpose.chunked_min_n to chunked_max_n columns, else fused, else
+                              * external, else strided */
   NL_TRANSPOSE_STRIDED = 1,  /* the norm kernel stores yt's elements itself (uncoalesced) */
   NL_TRANSPOSE_EXTERNAL = 2, /* the norm writes y, then the op transpose's tiled kernel copies it */
   NL_TRANSPOSE_FUSED = 3,    /* the norm kernel stages tiles of y on chip and stores yt's rows */
