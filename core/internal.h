@@ -63,9 +63,9 @@ typedef struct nl_knobs {
   nlk_bwd_tune bwd;
   nlk_transpose_tune tr;
   /* the default way of an fp8 y's transposed copy (plan_transpose): chunked from chunked_min_n
-   * to chunked_max_n columns where the strategy takes it */
+   * to the op's chunked_max_n columns where the strategy takes it */
   struct {
-    int64_t chunked_min_n, chunked_max_n;
+    int64_t chunked_min_n, chunked_max_n, ln_chunked_max_n, add_chunked_max_n;
   } tr_way;
 } nl_knobs;
 

@@ -449,15 +449,18 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
   return NL_OK;
 }
 
-/* Whether an fp8 y's transposed copy is chunked by default: from transpose.chunked_min_n to
- * chunked_max_n columns, where the strategy offers it and its kernels take it. */
+/* Whether an fp8 y's transposed copy is chunked by default: from transpose.chunked_min_n to the
+ * op's chunked_max_n columns, where the strategy offers it and its kernels take it. */
 static int chunked_default(nl_plan *plan)
 {
   nlk_norm *k = &plan->k;
+  const int64_t max_n = k->op == NLK_LAYERNORM     ? plan->kn.tr_way.ln_chunked_max_n
+                        : k->op == NLK_ADD_RMSNORM ? plan->kn.tr_way.add_chunked_max_n
+                                                   : plan->kn.tr_way.chunked_max_n;
   char why[256];
   int ok;
   if (!(plan->v->transposes & NL_TR(NL_TRANSPOSE_CHUNKED)) || !nlk_is_fp8(k->ydt) ||
-      k->N < plan->kn.tr_way.chunked_min_n || k->N > plan->kn.tr_way.chunked_max_n)
+      k->N < plan->kn.tr_way.chunked_min_n || k->N > max_n)
     return 0;
   k->transpose = NLK_TRANSPOSE_CHUNKED;
   ok = !plan->ks->supports || plan->ks->supports(k, why, sizeof why) == NLK_OK;
