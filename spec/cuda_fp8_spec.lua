@@ -334,19 +334,23 @@ describe("#cuda fp8 output of the CUDA forwards", function()
     end)
   end)
 
-  -- transpose.chunked_min_n .. chunked_max_n: the columns whose fp8 y takes chunked by default
-  -- (where the strategy has it), external outside them, and for a y in x's dtype
+  -- transpose.chunked_min_n .. chunked_max_n (LayerNorm's and add_rmsnorm's own max): the
+  -- columns whose fp8 y takes chunked by default (where the strategy has it), external outside
+  -- them, for a y in x's dtype and for the other ops at their own 0
   it_cuda("the default transposed copy: chunked within transpose.chunked_min_n .. chunked_max_n", function()
-    helper.with_settings({["transpose.chunked_min_n"] = 1024, ["transpose.chunked_max_n"] = 2048}, function()
-      for _, c in ipairs({{1040, "row", "fp8e4m3", "chunked"}, {1040, "auto", "fp8e4m3", "chunked"},
-          {4096, "row", "fp8e4m3", "external"}, {1040, "row", "bf16", "external"},
-          {1040, "staged", "fp8e4m3", "external"}}) do
-        local s = {67, c[1]}
+    helper.with_settings({["transpose.chunked_min_n"] = 1024, ["transpose.chunked_max_n"] = 2048,
+      ["layernorm.fwd.chunked_max_n"] = 0, ["add_rmsnorm.fwd.chunked_max_n"] = 1024}, function()
+      for _, c in ipairs({{"rmsnorm", 1040, "row", "fp8e4m3", "chunked"},
+          {"rmsnorm", 1040, "auto", "fp8e4m3", "chunked"}, {"rmsnorm", 4096, "row", "fp8e4m3", "external"},
+          {"rmsnorm", 1040, "row", "bf16", "external"}, {"rmsnorm", 1040, "staged", "fp8e4m3", "external"},
+          {"layernorm", 1040, "row", "fp8e4m3", "external"}, {"add_rmsnorm", 1024, "row", "fp8e4m3", "chunked"},
+          {"add_rmsnorm", 1040, "row", "fp8e4m3", "external"}}) do
+        local s = {67, c[2]}
         local x = keep(cuda:randn(s, "bf16", {seed = 35}))
-        local y, yt = keep(cuda:empty(s, c[3])), keep(cuda:empty({s[2], s[1]}, c[3]))
-        local info = nl.run("rmsnorm.fwd." .. c[2], {x = x, y = y, yt = yt, eps = 1e-6})
-        local what = string.format("%s %s N = %d", c[2], c[3], c[1])
-        assert.are.equal(c[4], info.transpose, what)
+        local y, yt = keep(cuda:empty(s, c[4])), keep(cuda:empty({s[2], s[1]}, c[4]))
+        local info = nl.run(c[1] .. ".fwd." .. c[3], args_of(c[1], x, y, {yt = yt}))
+        local what = string.format("%s.fwd.%s %s N = %d", c[1], c[3], c[4], c[2])
+        assert.are.equal(c[5], info.transpose, what)
         same(yt, keep(nl.transpose(y, {variant = "naive"})), what)
       end
     end)
