@@ -92,6 +92,7 @@ typedef struct nlk_transpose_tune {
   int32_t tile_n;
   int32_t keep_max_mb; /* external: a y of up to this many MB is left in L2 for the transpose */
   int32_t chunk_kb;    /* chunked: the KB of y per chunk of rows */
+  int32_t chunk_tile_div; /* chunked: tiles at least N / this columns wide (0: tile_n) */
 } nlk_transpose_tune;
 
 typedef struct nlk_norm {

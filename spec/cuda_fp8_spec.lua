@@ -287,8 +287,9 @@ describe("#cuda fp8 output of the CUDA forwards", function()
 
   -- transpose = "chunked" runs the forward in chunks of transpose.chunk_kb of y, each launch
   -- also transposing the chunk before it: y, yt and amax as external gives them, whatever the
-  -- chunk (one tile of rows, several with a part-filled last, one chunk), the tile, 16-byte or
-  -- element accesses (111 columns), either scaling, with and without cuda.pdl.
+  -- chunk (one tile of rows, several with a part-filled last, one chunk), the tile (widened
+  -- with the row by transpose.chunk_tile_div or not), 16-byte or element accesses (111
+  -- columns), either scaling, with and without cuda.pdl.
   it_cuda("chunked yt: every chunk and tile gives external's bits", function()
     for _, op in ipairs(OPS) do
       for _, s in ipairs({{515, 1040}, {4099, 111}, {37, 4096}, {1, 64}}) do
@@ -307,12 +308,14 @@ describe("#cuda fp8 output of the CUDA forwards", function()
                 scaling = scaling, amax = true, scale = scaling == "current" and keep(cuda:empty({1})) or 2})
             end
             local y0, yt0, am0 = run("external")
-            for _, set in ipairs({{1, 64, 128}, {4, 16, 16}, {64, 32, 256}, {16384, 64, 128}}) do
+            -- {chunk KB, tile_m, tile_n, chunk_tile_div}
+            for _, set in ipairs({{1, 64, 128, 32}, {4, 16, 16, 0}, {4, 16, 16, 64}, {64, 32, 256, 32},
+                {16384, 64, 128, 8}}) do
               for pdl = 0, 1 do
                 helper.with_settings({["transpose.chunk_kb"] = set[1], ["transpose.tile_m"] = set[2],
-                  ["transpose.tile_n"] = set[3], ["cuda.pdl"] = pdl}, function()
-                    local what = string.format("%s.fwd.%s %s %dx%d chunk %d KB, tile %dx%d, pdl %d", op,
-                      v, scaling, s[1], s[2], set[1], set[2], set[3], pdl)
+                  ["transpose.tile_n"] = set[3], ["transpose.chunk_tile_div"] = set[4], ["cuda.pdl"] = pdl}, function()
+                    local what = string.format("%s.fwd.%s %s %dx%d chunk %d KB, tile %dx%d / %d, pdl %d", op,
+                      v, scaling, s[1], s[2], set[1], set[2], set[3], set[4], pdl)
                     local y, yt, am = run("chunked")
                     same(y, y0, what .. ": y")
                     same(yt, yt0, what .. ": yt")

@@ -1472,6 +1472,19 @@ bool plan(const nlk_norm *k, const Candidates &cands, FwdPlan *p)
   return first_fit(cands, [&](Candidate c) { return fit<T>(k, c.rows, p); });
 }
 
+/* The chunked transposed copy's tile columns: transpose.tile_n, or from
+ * transpose.chunk_tile_div the power of two at or below N / chunk_tile_div where that is wider
+ * (up to 1024): a tile CTA has the row kernel's block, which grows with the row, and narrow
+ * tiles left it a chunk a thread (16384 columns: 71% of the roofline at 128, 78% at 512). */
+int chunk_tile_n(const nlk_norm *k)
+{
+  int tn = k->tr.tile_n;
+  const int64_t want = k->tr.chunk_tile_div > 0 ? k->N / k->tr.chunk_tile_div : 0;
+  while (tn < 1024 && (int64_t)tn * 2 <= want)
+    tn *= 2;
+  return tn;
+}
+
 /* The chunked transposed copy's rows per chunk: transpose.chunk_kb of y (fp8: a byte an
  * element), in whole tiles of rows, at least one. */
 int64_t chunk_rows(const nlk_norm *k)
@@ -1488,8 +1501,9 @@ int64_t chunk_rows(const nlk_norm *k)
 template <typename T> int run_chunked(nlk_norm *k, const FwdPlan &p, const FwdArgs &a0, FwdOut o)
 {
   const int64_t S = chunk_rows(k), chunks = (k->M + S - 1) / S, per_cta = rows_per_cta(p.c);
-  const int64_t tiles_n = (k->N + k->tr.tile_n - 1) / k->tr.tile_n;
-  const size_t smem = (size_t)k->tr.tile_m * k->tr.tile_n; /* a tile of fp8 y */
+  const int tile_n = chunk_tile_n(k);
+  const int64_t tiles_n = (k->N + tile_n - 1) / tile_n;
+  const size_t smem = (size_t)k->tr.tile_m * tile_n; /* a tile of fp8 y */
   const cudaError_t e = allow_smem(k, p.kernel, smem);
   if (e != cudaSuccess)
     return cuda_result(k, e);
@@ -1501,7 +1515,7 @@ template <typename T> int run_chunked(nlk_norm *k, const FwdPlan &p, const FwdAr
   o.tile_vec = (uintptr_t)k->y % 16 == 0 && (uintptr_t)k->yt % 16 == 0 && (k->M == 1 || k->sy % 16 == 0) &&
                k->syt % 16 == 0;
   o.tile_m = (int16_t)k->tr.tile_m;
-  o.tile_n = (int16_t)k->tr.tile_n;
+  o.tile_n = (int16_t)tile_n;
   k->grid = (int32_t)((rows_of(0) + per_cta - 1) / per_cta + (S + o.tile_m - 1) / o.tile_m * tiles_n);
   k->resident = occupancy(k, p.kernel, p.c.block, smem);
   for (int64_t c = 0; c <= chunks; c++) {
@@ -1633,15 +1647,16 @@ int staged_supports(const nlk_norm *k, char *why, size_t cap)
  * tile of powers of two from 16 (a 16-byte yt chunk per tile column) that fits shared memory. */
 template <Candidates (*ROWS)()> int chunked_supports(const nlk_norm *k, char *why, size_t cap)
 {
-  const int tm = k->tr.tile_m, tn = k->tr.tile_n;
+  const int tm = k->tr.tile_m, tn = chunk_tile_n(k);
   if (!nlk_is_fp8(k->ydt)) {
     snprintf(why, cap, "the chunked transposed copy takes an fp8 y (y is %s)", nlk_dtype_name(k->ydt));
     return NLK_ERR_UNSUPPORTED;
   }
   if (tm < 16 || tn < 16 || (tm & (tm - 1)) || (tn & (tn - 1)) ||
       (int64_t)tm * tn > k->smem_optin - 1024) {
-    snprintf(why, cap, "chunked: the tile %d x %d (transpose.tile_m x transpose.tile_n) is not of "
-             "powers of two from 16 that fit a CTA's shared memory", tm, tn);
+    snprintf(why, cap, "chunked: the tile %d x %d (transpose.tile_m x transpose.tile_n, widened by "
+             "transpose.chunk_tile_div) is not of powers of two from 16 that fit a CTA's shared "
+             "memory", tm, tn);
     return NLK_ERR_UNSUPPORTED;
   }
   return with_dtype(k->dt, [&](auto t) {
