@@ -8,8 +8,9 @@
 -- distributed shared memory or sharing rows, the cp.async pipelines, atomics, in place), and
 -- the transpose op (every CUDA strategy: copies, fp8 casts with amax, current scaling's amax
 -- pass, odd and strided shapes that take the element path, small and large tiles) with a norm's
--- external transposed copy, and the norms' fp8 y and strided yt (every forward strategy, both
--- scalings). Small shapes: the tools slow kernels down a lot.
+-- external transposed copy, the norms' fp8 y and strided yt (every forward strategy, both
+-- scalings), and the chunked transposed copy (launches of rows and tiles chained by PDL).
+-- Small shapes: the tools slow kernels down a lot.
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
 local nl = require("normlab")
 local dev = nl.device("cuda")
