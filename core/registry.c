@@ -18,6 +18,12 @@ static const char *const transpose_names[] = {"default", "strided", "external", 
                                               "chunked"};
 enum { N_OPS = (int)(sizeof op_names / sizeof op_names[0]) };
 
+#define NAME_OF(names, v) ((v) >= 0 && (v) < (int32_t)(sizeof names / sizeof names[0]) ? names[v] : NULL)
+const char *nl_reduce_name(int32_t reduce) { return NAME_OF(reduce_names, reduce); }
+const char *nl_scaling_name(int32_t scaling) { return NAME_OF(scaling_names, scaling); }
+const char *nl_transpose_name(int32_t way) { return NAME_OF(transpose_names, way); }
+#undef NAME_OF
+
 /* ---- the argument table: which fields each op and pass reads and writes ---- */
 
 enum field { F_X, F_RES, F_DY, F_DRES, F_W, F_B, F_RSTD, F_MEAN, F_Y, F_RES_OUT, F_DX, F_DW, F_DB,
@@ -451,29 +457,23 @@ static nl_status validate(nl_ctx *ctx, const char *vname, int op, int pass,
 
 /* Whether an fp8 y's transposed copy is chunked by default: from transpose.chunked_min_n to the
  * op's chunked_max_n columns, where the strategy offers it and its kernels take it. */
-static int chunked_default(nl_plan *plan)
+static int chunked_default(const nl_plan *plan)
 {
-  nlk_norm *k = &plan->k;
+  const nlk_norm *k = &plan->k;
   const int64_t max_n = k->op == NLK_LAYERNORM     ? plan->kn.tr_way.ln_chunked_max_n
                         : k->op == NLK_ADD_RMSNORM ? plan->kn.tr_way.add_chunked_max_n
                                                    : plan->kn.tr_way.chunked_max_n;
-  char why[256];
-  int ok;
-  if (!(plan->v->transposes & NL_TR(NL_TRANSPOSE_CHUNKED)) || !nlk_is_fp8(k->ydt) ||
-      k->N < plan->kn.tr_way.chunked_min_n || k->N > max_n)
-    return 0;
-  k->transpose = NLK_TRANSPOSE_CHUNKED;
-  ok = !plan->ks->supports || plan->ks->supports(k, why, sizeof why) == NLK_OK;
-  k->transpose = NLK_TRANSPOSE_NONE;
-  return ok;
+  return (plan->v->transposes & NL_TR(NL_TRANSPOSE_CHUNKED)) && nlk_is_fp8(k->ydt) &&
+         k->N >= plan->kn.tr_way.chunked_min_n && k->N <= max_n;
 }
 
-/* The way a norm forward writes yt: the one asked for, else chunked (chunked_default), else the
- * variant's first of fused, external, strided (caps_ok has checked that it has it). External
+/* The way a norm forward writes yt: the one asked for, else chunked (chunked_default, unless
+ * try_chunked is 0: the strategy turned it down), else the variant's first of fused, external,
+ * strided (caps_ok has checked that it has it). External
  * is the core's: the norm kernel sees no yt, and the backend's tiled transpose
  * (transpose.fwd.tiled) copies y into yt after it (ext_k), bit for bit: y is already in its
  * final dtype and scaled. */
-static nl_status plan_transpose(nl_ctx *ctx, nl_plan *plan)
+static nl_status plan_transpose(nl_ctx *ctx, nl_plan *plan, int try_chunked)
 {
   static const int order[] = {NL_TRANSPOSE_FUSED, NL_TRANSPOSE_EXTERNAL, NL_TRANSPOSE_STRIDED};
   nlk_norm *k = &plan->k, *t = &plan->ext_k;
@@ -484,7 +484,7 @@ static nl_status plan_transpose(nl_ctx *ctx, nl_plan *plan)
     k->transpose = NLK_TRANSPOSE_NONE;
     return NL_OK;
   }
-  if (tr == NL_TRANSPOSE_DEFAULT && chunked_default(plan))
+  if (tr == NL_TRANSPOSE_DEFAULT && try_chunked && chunked_default(plan))
     tr = NL_TRANSPOSE_CHUNKED;
   for (int i = 0; tr == NL_TRANSPOSE_DEFAULT && i < 3; i++)
     if (plan->v->transposes & NL_TR(order[i]))
@@ -609,10 +609,19 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
   plan->deterministic = plan->k.reduce != NLK_REDUCE_ATOMIC;
   if (caps_ok(v, &plan->k, why, sizeof why) != NL_OK)
     return nl__err(ctx, NL_EUNSUPPORTED, "%s", why);
-  if ((st = plan_transpose(ctx, plan)) != NL_OK)
+  if ((st = plan_transpose(ctx, plan, 1)) != NL_OK)
     return st;
-  if (plan->ks->supports && plan->ks->supports(&plan->k, why, sizeof why) != NLK_OK)
-    return nl__err(ctx, NL_EUNSUPPORTED, "%s: %s", v->name, why);
+  if (plan->ks->supports && plan->ks->supports(&plan->k, why, sizeof why) != NLK_OK) {
+    if (plan->transpose != NL_TRANSPOSE_CHUNKED || args->transpose != NL_TRANSPOSE_DEFAULT)
+      return nl__err(ctx, NL_EUNSUPPORTED, "%s: %s", v->name, why);
+    /* chunked was the default's pick, not the caller's: the variant's ordinary way instead */
+    plan->k.transpose = NL_TRANSPOSE_DEFAULT;
+    plan->k.keep_y = 0;
+    if ((st = plan_transpose(ctx, plan, 0)) != NL_OK)
+      return st;
+    if (plan->ks->supports && plan->ks->supports(&plan->k, why, sizeof why) != NLK_OK)
+      return nl__err(ctx, NL_EUNSUPPORTED, "%s: %s", v->name, why);
+  }
   return NL_OK;
 }
 

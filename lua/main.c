@@ -399,16 +399,6 @@ static void print_help(void)
 
 /* ---- --version and --list: straight from the C ABI, no Lua involved ---- */
 
-static const char *reduce_name(int32_t r)
-{
-  switch (r) {
-  case NL_REDUCE_TEMP: return "temp";
-  case NL_REDUCE_PARTIALS: return "partials";
-  case NL_REDUCE_ATOMIC: return "atomic";
-  default: return "default";
-  }
-}
-
 static const char *backend_name(int32_t b)
 {
   return b == NL_CUDA ? "cuda" : "cpu";
@@ -482,11 +472,11 @@ static void format_reduces(const nl_variant_desc *d, char *out, size_t cap)
     snprintf(out, cap, "-");
     return;
   }
-  snprintf(out, cap, "%s", reduce_name(d->default_reduce));
+  snprintf(out, cap, "%s", nl_reduce_name(d->default_reduce));
   for (r = NL_REDUCE_TEMP; r <= NL_REDUCE_ATOMIC; r++) {
     if (r == d->default_reduce || !(d->reduces & (1u << r))) continue;
     len = strlen(out);
-    snprintf(out + len, cap - len, ",%s", reduce_name(r));
+    snprintf(out + len, cap - len, ",%s", nl_reduce_name(r));
   }
 }
 
@@ -494,14 +484,13 @@ static void format_reduces(const nl_variant_desc *d, char *out, size_t cap)
  * neither an fp8 output nor a transposed copy. */
 static void format_outputs(const nl_variant_desc *d, char *out, size_t cap)
 {
-  static const char *const scaling[] = {"delayed", "current"};
-  static const char *const ways[] = {"default", "strided", "external", "fused_tiled", "chunked"};
   size_t len = 0;
   int i, n = 0;
   out[0] = '\0';
   for (i = 0; i < 2; i++)
     if (d->fp8 & (1u << i))
-      len += (size_t)snprintf(out + len, cap - len, "%s%s", n++ ? ", " : "fp8 y (", scaling[i]);
+      len += (size_t)snprintf(out + len, cap - len, "%s%s", n++ ? ", " : "fp8 y (",
+                              nl_scaling_name(i));
   if (n && len < cap)
     len += (size_t)snprintf(out + len, cap - len, " scaling)");
   n = 0;
@@ -509,7 +498,7 @@ static void format_outputs(const nl_variant_desc *d, char *out, size_t cap)
     if (d->transposes & (1u << i))
       len += (size_t)snprintf(out + len, cap - len, "%s%s",
                               n++ ? ", " : len ? "; transposed copy yt: " : "transposed copy yt: ",
-                              ways[i]);
+                              nl_transpose_name(i));
 }
 
 static int print_list(void)

@@ -343,6 +343,11 @@ nl_status nl_convert(int32_t src_dtype, const void *src, int32_t dst_dtype, void
 int32_t nl_dtype_size(int32_t dtype);
 const char *nl_dtype_name(int32_t dtype);
 int32_t nl_dtype_parse(const char *name);
+/* The names of NL_REDUCE_*, NL_SCALING_* and NL_TRANSPOSE_* values as users write them
+ * ("partials", "current", "chunked"); NULL for a value out of range. */
+const char *nl_reduce_name(int32_t reduce);
+const char *nl_scaling_name(int32_t scaling);
+const char *nl_transpose_name(int32_t way);
 
 nl_status nl_compare(nl_ctx *ctx, const nl_buf *a, const nl_buf *ref, double atol, double rtol,
                      nl_cmp *out);

@@ -1512,8 +1512,7 @@ template <typename T> int run_chunked(nlk_norm *k, const FwdPlan &p, const FwdAr
   };
   auto rows_of = [&](int64_t c) { return c < chunks ? (k->M - c * S < S ? k->M - c * S : S) : 0; };
   o.chunked = true;
-  o.tile_vec = (uintptr_t)k->y % 16 == 0 && (uintptr_t)k->yt % 16 == 0 && (k->M == 1 || k->sy % 16 == 0) &&
-               k->syt % 16 == 0;
+  o.tile_vec = aligned16(k->y, k->M > 1 ? k->sy : 0, 1) && aligned16(k->yt, k->syt, 1);
   o.tile_m = (int16_t)k->tr.tile_m;
   o.tile_n = (int16_t)tile_n;
   k->grid = (int32_t)((rows_of(0) + per_cta - 1) / per_cta + (S + o.tile_m - 1) / o.tile_m * tiles_n);

@@ -155,6 +155,13 @@ __host__ inline int pow2ceil(int64_t v)
   return p;
 }
 
+/* A buffer whose base and row stride (in elements of elt bytes) allow 16-byte accesses; an
+ * absent buffer does not stand in the way. */
+__host__ inline bool aligned16(const void *p, int64_t stride, int elt)
+{
+  return !p || ((uintptr_t)p % 16 == 0 && stride * elt % 16 == 0);
+}
+
 /* 16-byte packs when n (the columns a CTA holds), every row stride and every base pointer
  * allow them, single elements otherwise. */
 __host__ inline int pick_vec(const nlk_norm *k, int64_t n, int elt)

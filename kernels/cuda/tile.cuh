@@ -60,6 +60,18 @@ __device__ __forceinline__ uint4 column_out(const unsigned (&w)[V], int q, float
   }
 }
 
+/* The pack of VI elements of row i from column j, element by element (no alignment asked):
+ * the chunk that N cuts, zeros past N. */
+template <typename TS, int VI>
+__device__ __forceinline__ Pack<TS, VI> pack_elems(const void *x, int64_t i, int64_t sx, int j, int N)
+{
+  Pack<TS, VI> p;
+#pragma unroll
+  for (int e = 0; e < VI; e++)
+    p.v[e] = j + e < N ? static_cast<const TS *>(x)[i * sx + j + e] : TS{};
+  return p;
+}
+
 /* A tile of tile_m rows of tile_n elements of TS (both powers of two) in shared memory, read
  * back transposed into yt chunks of V output elements (16 bytes). Rows are pw words long,
  * each row's words XOR-swizzled by swz(row). Every extent is held as its log2: the index
@@ -119,11 +131,7 @@ template <typename TS, int V> struct Tile {
       if (vec && j + VI <= N) {
         copy_async(dst, row_packs<TS, VI>(const_cast<void *>(x), i, sx) + j / VI, last);
       } else {
-        Pack<TS, VI> p;
-#pragma unroll
-        for (int e = 0; e < VI; e++)
-          p.v[e] = j + e < N ? static_cast<const TS *>(x)[i * sx + j + e] : TS{};
-        *dst = p;
+        *dst = pack_elems<TS, VI>(x, i, sx, j, N);
       }
     }
     copy_commit();

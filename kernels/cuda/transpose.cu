@@ -156,14 +156,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
     k.in = c < loads && k.i < a.M && k.j < a.N;
     return k;
   };
-  /* a chunk element by element (the part past N: zeros, no part of amax), and y's copy of it */
-  auto load_elems = [&](const Chunk &k) {
-    Pack<TI, VI> p;
-#pragma unroll
-    for (int e = 0; e < VI; e++)
-      p.v[e] = k.j + e < a.N ? static_cast<const TI *>(a.x)[k.i * a.sx + k.j + e] : TI{};
-    return p;
-  };
+  /* y's copy of a chunk; a chunk loaded element by element has zeros past N, no part of amax */
   auto store_y = [&](const Chunk &k, const Pack<TO, VI> &out, bool whole) {
     if (whole) {
       store<TO, VI, true>(a.y, k.i, a.sy, k.j / VI, out);
@@ -197,7 +190,7 @@ __global__ void __launch_bounds__(TR_THREADS) tr_tiled(TrArgs a)
         for (int b = 0; b < LOAD_BATCH; b++) {
           const Chunk k = chunk(c0 + b * TR_THREADS, i0);
           if (k.in)
-            in[b] = load_elems(k);
+            in[b] = pack_elems<TI, VI>(a.x, k.i, a.sx, k.j, a.N);
         }
 #pragma unroll
         for (int b = 0; b < LOAD_BATCH; b++) {
@@ -276,11 +269,6 @@ template <typename F> int with_cast(Cast c, F &&f)
   case Cast::E4M3: return f(std::integral_constant<Cast, Cast::E4M3>{});
   default: return f(std::integral_constant<Cast, Cast::E5M2>{});
   }
-}
-
-bool aligned16(const void *p, int64_t stride, int elt)
-{
-  return !p || ((uintptr_t)p % 16 == 0 && stride * elt % 16 == 0);
 }
 
 TrArgs tr_args(const nlk_norm *k)
