@@ -357,6 +357,16 @@ describe("#cuda fp8 output of the CUDA forwards", function()
         same(yt, keep(nl.transpose(y, {variant = "naive"})), what)
       end
     end)
+    -- in the window, a row the strategy cannot chunk (past what registers hold): its own way
+    helper.with_settings({["transpose.chunked_min_n"] = 1024, ["transpose.chunked_max_n"] = 65536}, function()
+      local s = {67, 40000}
+      local x = keep(cuda:randn(s, "bf16", {seed = 36}))
+      local y, yt = keep(cuda:empty(s, "fp8e4m3")), keep(cuda:empty({s[2], s[1]}, "fp8e4m3"))
+      assert.is_false(nl.supports("rmsnorm.fwd.row", args_of("rmsnorm", x, y, {yt = yt, transpose = "chunked"})))
+      local info = nl.run("rmsnorm.fwd.row", args_of("rmsnorm", x, y, {yt = yt}))
+      assert.are.equal("external", info.transpose)
+      same(yt, keep(nl.transpose(y, {variant = "naive"})), "rmsnorm.fwd.row 67 x 40000")
+    end)
   end)
 
   it_cuda("yt in x's dtype: every forward's transposed copy by each way is y transposed, exactly", function()

@@ -11,7 +11,8 @@
 -- external transposed copy, the norms' fp8 y and strided yt (every forward strategy, both
 -- scalings), and the chunked transposed copy (launches of rows and tiles chained by PDL).
 -- Small shapes: the tools slow kernels down a lot.
---   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua
+--   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua [part ...]
+-- Parts (none named: all): norms (or one pass of it, norms1 .. norms4), fp8, transpose, chunked.
 local nl = require("normlab")
 local dev = nl.device("cuda")
 
@@ -46,7 +47,8 @@ local function set_or_default(key, value)
   end
 end
 local runs = 0
-for _, pass in ipairs(passes) do
+-- One pass of the norms: its settings, every shape; the GPU's defaults again after it
+local function norms(pass)
   nl.set("cuda.pdl", pass.pdl)
   if pass.reload then
     nl.set("rmsnorm.fwd.reload_min_n", 1)
@@ -207,128 +209,158 @@ for _, pass in ipairs(passes) do
       end
     end
   end
+  for _, key in ipairs({"cuda.pdl", "rmsnorm.fwd.reload_min_n", "rmsnorm.fwd.reload_min_m",
+    "rmsnorm.bwd.scalar_lead", "rmsnorm.bwd.float_weights", "rmsnorm.bwd.whole_warps",
+    "add_rmsnorm.bwd.whole_warps"}) do
+    nl.reset(key)
+  end
 end
 -- The forwards' fp8 y (delayed with amax, current: the amax launch, then y) and the
 -- strategy's own yt (strided, or the slab's fused tile; fp8 and x's dtype), every strategy of
 -- every op, on shapes of each kernel: sub-warp rows, one-row CTAs, the element path, the
 -- looping kernel (70000 columns).
-for _, s in ipairs({{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {2, 70000}}) do
-  local x = dev:randn(s, "bf16", {seed = 11})
-  local res = dev:randn(s, "bf16", {seed = 12})
-  local w = dev:randn({s[2]}, "bf16", {seed = 13, mean = 1, std = 0.1})
-  for _, op in ipairs({"rmsnorm", "add_rmsnorm", "layernorm"}) do
-    for _, v in ipairs(strategies(op, "fwd")) do
-      local probe = {x = x, w = w, y = dev:empty(s, "fp8e4m3"), eps = 1e-6}
-      if op == "add_rmsnorm" then
-        probe.residual, probe.residual_out = res, dev:empty(s, "bf16")
-      end
-      local ok = nl.supports(op .. ".fwd." .. v, probe)
-      probe.y:free()
-      if probe.residual_out then probe.residual_out:free() end
-      -- the strategy's own transposed copy: strided, or the slab's fused tile
-      local way
-      for _, t in ipairs(nl.variants{op = op, pass = "fwd", backend = "cuda"}) do
-        if t.strategy == v then
-          for _, w in ipairs(t.transposes) do
-            if w == "strided" or (w == "fused_tiled" and not way) then way = w end
+local function fp8_outputs()
+  -- RMSNorm's one-row kernels reading x twice, as in the norms' third pass
+  nl.set("rmsnorm.fwd.reload_min_n", 1)
+  nl.set("rmsnorm.fwd.reload_min_m", 1)
+  for _, s in ipairs({{3, 7}, {37, 1024}, {5, 1025}, {9, 4096}, {2, 70000}}) do
+    local x = dev:randn(s, "bf16", {seed = 11})
+    local res = dev:randn(s, "bf16", {seed = 12})
+    local w = dev:randn({s[2]}, "bf16", {seed = 13, mean = 1, std = 0.1})
+    for _, op in ipairs({"rmsnorm", "add_rmsnorm", "layernorm"}) do
+      for _, v in ipairs(strategies(op, "fwd")) do
+        local probe = {x = x, w = w, y = dev:empty(s, "fp8e4m3"), eps = 1e-6}
+        if op == "add_rmsnorm" then
+          probe.residual, probe.residual_out = res, dev:empty(s, "bf16")
+        end
+        local ok = nl.supports(op .. ".fwd." .. v, probe)
+        probe.y:free()
+        if probe.residual_out then probe.residual_out:free() end
+        -- the strategy's own transposed copy: strided, or the slab's fused tile
+        local way
+        for _, t in ipairs(nl.variants{op = op, pass = "fwd", backend = "cuda"}) do
+          if t.strategy == v then
+            for _, w in ipairs(t.transposes) do
+              if w == "strided" or (w == "fused_tiled" and not way) then way = w end
+            end
           end
         end
-      end
-      for _, o in ipairs(ok and {{out_dtype = "fp8e4m3", amax = true, scale = 2},
-          {out_dtype = "fp8e5m2", scaling = "current", amax = true, transpose = way},
-          {transpose = way}} or {}) do
-        o.variant = v
-        -- the outputs, nil where not asked for (yt without a transpose)
-        local function free(...)
-          for i = 1, select("#", ...) do
-            local b = select(i, ...)
-            if b then b:free() end
+        for _, o in ipairs(ok and {{out_dtype = "fp8e4m3", amax = true, scale = 2},
+            {out_dtype = "fp8e5m2", scaling = "current", amax = true, transpose = way},
+            {transpose = way}} or {}) do
+          o.variant = v
+          -- the outputs, nil where not asked for (yt without a transpose)
+          local function free(...)
+            for i = 1, select("#", ...) do
+              local b = select(i, ...)
+              if b then b:free() end
+            end
           end
+          if op == "rmsnorm" then
+            free(nl.rmsnorm(x, w, o))
+          elseif op == "add_rmsnorm" then
+            free(nl.add_rmsnorm(x, res, w, o))
+          else
+            free(nl.layernorm(x, w, nil, o))
+          end
+          runs = runs + 1
         end
-        if op == "rmsnorm" then
-          free(nl.rmsnorm(x, w, o))
-        elseif op == "add_rmsnorm" then
-          free(nl.add_rmsnorm(x, res, w, o))
-        else
-          free(nl.layernorm(x, w, nil, o))
-        end
-        runs = runs + 1
       end
     end
+    for _, b in ipairs({x, res, w}) do b:free() end
   end
-  for _, b in ipairs({x, res, w}) do b:free() end
+  nl.reset("rmsnorm.fwd.reload_min_n")
+  nl.reset("rmsnorm.fwd.reload_min_m")
 end
 -- The transpose op: dense (16-byte accesses) and strided odd shapes (the element path), x of
 -- each dtype copied and cast to fp8 (y and yt, amax), current scaling (the amax pass first),
 -- tiles from the smallest to the defaults (128 x 128, the H100's 64 x 128); then a norm's
 -- external transposed copy.
-for _, tile in ipairs({{16, 16}, {64, 128}, {128, 128}}) do
-  nl.set("transpose.tile_m", tile[1])
-  nl.set("transpose.tile_n", tile[2])
-  for _, s in ipairs({{3, 7}, {64, 256}, {37, 1029}}) do
-    for _, pad in ipairs({0, 3}) do
-      for _, dtype in ipairs({"fp32", "bf16", "fp8e4m3"}) do
-        local x = dev:empty(s, dtype, {stride = s[2] + pad})
-        x:randn({seed = 9})
-        for _, v in ipairs(strategies("transpose", "fwd")) do
-          local outs = {nl.transpose(x, {variant = v})}
-          for _, scaling in ipairs({"delayed", "current"}) do
-            local y, yt, amax = nl.cast_transpose(x, {variant = v, dtype = "fp8e5m2",
-              scaling = scaling, amax = true})
-            outs[#outs + 1], outs[#outs + 2], outs[#outs + 3] = y, yt, amax
+local function transposes()
+  for _, tile in ipairs({{16, 16}, {64, 128}, {128, 128}}) do
+    nl.set("transpose.tile_m", tile[1])
+    nl.set("transpose.tile_n", tile[2])
+    for _, s in ipairs({{3, 7}, {64, 256}, {37, 1029}}) do
+      for _, pad in ipairs({0, 3}) do
+        for _, dtype in ipairs({"fp32", "bf16", "fp8e4m3"}) do
+          local x = dev:empty(s, dtype, {stride = s[2] + pad})
+          x:randn({seed = 9})
+          for _, v in ipairs(strategies("transpose", "fwd")) do
+            local outs = {nl.transpose(x, {variant = v})}
+            for _, scaling in ipairs({"delayed", "current"}) do
+              local y, yt, amax = nl.cast_transpose(x, {variant = v, dtype = "fp8e5m2",
+                scaling = scaling, amax = true})
+              outs[#outs + 1], outs[#outs + 2], outs[#outs + 3] = y, yt, amax
+            end
+            for _, b in ipairs(outs) do b:free() end
+            runs = runs + 3
           end
-          for _, b in ipairs(outs) do b:free() end
-          runs = runs + 3
+          x:free()
         end
-        x:free()
       end
     end
   end
+  nl.reset("transpose.tile_m")
+  nl.reset("transpose.tile_n")
+  local x = dev:randn({37, 1024}, "bf16", {seed = 10})
+  local y, rstd, yt = nl.rmsnorm(x, nil, {variant = "row", transpose = "external"})
+  dev:sync()
+  for _, b in ipairs({x, y, rstd, yt}) do b:free() end
+  runs = runs + 1
 end
-nl.reset("transpose.tile_m")
-nl.reset("transpose.tile_n")
-nl.reset("rmsnorm.fwd.reload_min_n")
-nl.reset("rmsnorm.fwd.reload_min_m")
-nl.reset("rmsnorm.bwd.whole_warps")
-nl.reset("rmsnorm.bwd.scalar_lead")
-nl.reset("rmsnorm.bwd.float_weights")
-nl.reset("add_rmsnorm.bwd.whole_warps")
-local x = dev:randn({37, 1024}, "bf16", {seed = 10})
-local y, rstd, yt = nl.rmsnorm(x, nil, {variant = "row", transpose = "external"})
-dev:sync()
-for _, b in ipairs({x, y, rstd, yt}) do b:free() end
-runs = runs + 1
 -- The chunked transposed copy: chunks of one tile of rows (launches of rows and the tiles of
 -- the chunk before, a last one of tiles only), 16-byte tiles and the element path (111
 -- columns), both scalings, rows of a CTA and of a warp, with and without cuda.pdl.
-nl.set("transpose.chunk_kb", 1)
-nl.set("transpose.tile_m", 16)
-nl.set("transpose.tile_n", 64)
-for _, s in ipairs({{83, 1040}, {133, 111}}) do
-  local cx = dev:randn(s, "bf16", {seed = 14})
-  for _, pdl in ipairs({0, 1}) do
-    nl.set("cuda.pdl", pdl)
-    for _, v in ipairs({"row", "blockrow"}) do
-      for _, scaling in ipairs({"delayed", "current"}) do
-        local o = {variant = v, out_dtype = "fp8e4m3", transpose = "chunked", scaling = scaling,
-          amax = true}
-        local probe = {x = cx, y = dev:empty(s, "fp8e4m3"), yt = dev:empty({s[2], s[1]}, "fp8e4m3"),
-          transpose = "chunked", eps = 1e-6}
-        if nl.supports("rmsnorm.fwd." .. v, probe) then
-          local outs = {nl.rmsnorm(cx, nil, o)}
-          for _, b in ipairs(outs) do b:free() end
-          runs = runs + 1
+local function chunked()
+  nl.set("transpose.chunk_kb", 1)
+  nl.set("transpose.tile_m", 16)
+  nl.set("transpose.tile_n", 64)
+  for _, s in ipairs({{83, 1040}, {133, 111}}) do
+    local cx = dev:randn(s, "bf16", {seed = 14})
+    for _, pdl in ipairs({0, 1}) do
+      nl.set("cuda.pdl", pdl)
+      for _, v in ipairs({"row", "blockrow"}) do
+        for _, scaling in ipairs({"delayed", "current"}) do
+          local o = {variant = v, out_dtype = "fp8e4m3", transpose = "chunked", scaling = scaling,
+            amax = true}
+          local probe = {x = cx, y = dev:empty(s, "fp8e4m3"), yt = dev:empty({s[2], s[1]}, "fp8e4m3"),
+            transpose = "chunked", eps = 1e-6}
+          if nl.supports("rmsnorm.fwd." .. v, probe) then
+            local outs = {nl.rmsnorm(cx, nil, o)}
+            for _, b in ipairs(outs) do b:free() end
+            runs = runs + 1
+          end
+          probe.y:free()
+          probe.yt:free()
         end
-        probe.y:free()
-        probe.yt:free()
       end
     end
+    cx:free()
   end
-  cx:free()
+  dev:sync()
+  nl.reset("cuda.pdl")
+  nl.reset("transpose.chunk_kb")
+  nl.reset("transpose.tile_m")
+  nl.reset("transpose.tile_n")
 end
-dev:sync()
-nl.reset("cuda.pdl")
-nl.reset("transpose.chunk_kb")
-nl.reset("transpose.tile_m")
-nl.reset("transpose.tile_n")
+
+-- The parts the arguments name (norms, norms1 .. norms4, fp8, transpose, chunked), or all:
+-- racecheck over the whole subset takes minutes, a part at a time fits a shorter run.
+local asked = {}
+for _, a in ipairs(arg or {}) do
+  asked[a] = true
+end
+local function want(part)
+  return next(asked) == nil or asked[part]
+end
+for i, pass in ipairs(passes) do
+  if want("norms") or want("norms" .. i) then
+    norms(pass)
+  end
+end
+for _, part in ipairs({{"fp8", fp8_outputs}, {"transpose", transposes}, {"chunked", chunked}}) do
+  if want(part[1]) then
+    part[2]()
+  end
+end
 print(string.format("sanitize subset: %d launches of CUDA variants completed", runs))
