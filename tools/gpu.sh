@@ -33,11 +33,14 @@ for step in $steps; do
     spec-ffi)
       run spec-ffi busted --lua=luajit -o utfTerminal spec ;;
     sanitize)
-      # memcheck and racecheck over a representative subset of the CUDA kernels
-      # (racecheck takes about 4 minutes over the subset on an H100)
-      for tool in memcheck racecheck; do
-        STEP_TIMEOUT=${SANITIZE_TIMEOUT:-600} run "$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-          "$BUILD/normlab" tools/sanitize_subset.lua
+      # memcheck over a representative subset of the CUDA kernels, then racecheck over it a part
+      # at a time, each its own log (on an H100 the norms' first two passes take 1.5-3 minutes
+      # each, the rest under a minute)
+      STEP_TIMEOUT=${SANITIZE_TIMEOUT:-600} run memcheck compute-sanitizer --tool memcheck \
+        --error-exitcode 9 "$BUILD/normlab" tools/sanitize_subset.lua
+      for part in norms1 norms2 norms3 norms4 fp8 transpose chunked; do
+        STEP_TIMEOUT=${SANITIZE_TIMEOUT:-600} run "racecheck_$part" compute-sanitizer --tool racecheck \
+          --error-exitcode 9 "$BUILD/normlab" tools/sanitize_subset.lua "$part"
       done ;;
     fuzz)
       # random cases against the reference (FUZZ_SEED, about 4 minutes): plain, then with
