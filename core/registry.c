@@ -18,7 +18,8 @@ static const char *const transpose_names[] = {"default", "strided", "external", 
                                               "chunked"};
 enum { N_OPS = (int)(sizeof op_names / sizeof op_names[0]) };
 
-#define NAME_OF(names, v) ((v) >= 0 && (v) < (int32_t)(sizeof names / sizeof names[0]) ? names[v] : NULL)
+#define NAME_OF(names, v)                                                                         \
+  ((v) >= 0 && (v) < (int32_t)(sizeof names / sizeof names[0]) ? names[v] : NULL)
 const char *nl_reduce_name(int32_t reduce) { return NAME_OF(reduce_names, reduce); }
 const char *nl_scaling_name(int32_t scaling) { return NAME_OF(scaling_names, scaling); }
 const char *nl_transpose_name(int32_t way) { return NAME_OF(transpose_names, way); }

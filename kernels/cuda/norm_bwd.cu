@@ -1041,7 +1041,7 @@ template <typename T, int VEC, Norm NORM> const void *bwd_kernel(const BwdKernel
        * shared rows in 16-byte packs or held single 16-bit elements (fp32's scalar instance
        * spilled) */
       auto pick = [&](auto FW) -> const void * {
-        constexpr bool F = decltype(FW)::value;
+        [[maybe_unused]] constexpr bool F = decltype(FW)::value; /* unused by fp32's scalar instances */
         if constexpr (IT == 1)
           return key.cluster != SOLO ? NULL : (const void *)bwd_stride<T, VEC, IT, NORM, SOLO, F>;
         else if constexpr (VEC == 1 && sizeof(T) == 4)
