@@ -162,13 +162,19 @@ static nl_status caps_ok(const nl_variant *v, const nlk_norm *k, char *why, size
   return NL_OK;
 }
 
+/* Whether strategy s's kernels take the call k (its supports; none: every call); why: the
+ * reason when they do not. */
+static int takes(const nlk_strategy *s, const nlk_norm *k, char *why, size_t cap)
+{
+  return !s->supports || s->supports(k, why, cap) == NLK_OK;
+}
+
 int nl__fits(int backend, int pass, const char *strategy, const nlk_norm *k)
 {
   char why[256];
   const nl_variant *v = find(k->op, pass, strategy, backend);
   const nlk_strategy *s = kernels_of(backend, k->op, pass, strategy);
-  return v && s && caps_ok(v, k, why, sizeof why) == NL_OK &&
-         (!s->supports || s->supports(k, why, sizeof why) == NLK_OK);
+  return v && s && caps_ok(v, k, why, sizeof why) == NL_OK && takes(s, k, why, sizeof why);
 }
 
 double nl__waves(int backend, int pass, const char *strategy, const nlk_norm *k)
@@ -517,7 +523,7 @@ static nl_status plan_transpose(nl_ctx *ctx, nl_plan *plan, int try_chunked)
   k->transpose = NLK_TRANSPOSE_NONE;
   /* an fp8 y small enough is stored for L2 to keep, and the transpose reads it from there */
   k->keep_y = t->keep_y = nlk_is_fp8(k->ydt) && k->M * k->N <= (int64_t)k->tr.keep_max_mb << 20;
-  if (plan->ext->supports && plan->ext->supports(t, why, sizeof why) != NLK_OK)
+  if (!takes(plan->ext, t, why, sizeof why))
     return nl__err(ctx, NL_EUNSUPPORTED, "%s: external transpose: %s", plan->v->name, why);
   return NL_OK;
 }
@@ -528,7 +534,7 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
 {
   char strategy[48], why[256], list[256];
   const nl_variant *v;
-  int op, pass, backend;
+  int op, pass, backend, ok;
   nl_status st = nl__enter(ctx);
   if (st != NL_OK)
     return st;
@@ -612,17 +618,17 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
     return nl__err(ctx, NL_EUNSUPPORTED, "%s", why);
   if ((st = plan_transpose(ctx, plan, 1)) != NL_OK)
     return st;
-  if (plan->ks->supports && plan->ks->supports(&plan->k, why, sizeof why) != NLK_OK) {
-    if (plan->transpose != NL_TRANSPOSE_CHUNKED || args->transpose != NL_TRANSPOSE_DEFAULT)
-      return nl__err(ctx, NL_EUNSUPPORTED, "%s: %s", v->name, why);
-    /* chunked was the default's pick, not the caller's: the variant's ordinary way instead */
+  ok = takes(plan->ks, &plan->k, why, sizeof why);
+  if (!ok && plan->transpose == NL_TRANSPOSE_CHUNKED && args->transpose == NL_TRANSPOSE_DEFAULT) {
+    /* chunked was the default's pick, not the caller's: the variant's ordinary way instead
+     * (plan_transpose sets keep_y anew) */
     plan->k.transpose = NL_TRANSPOSE_DEFAULT;
-    plan->k.keep_y = 0;
     if ((st = plan_transpose(ctx, plan, 0)) != NL_OK)
       return st;
-    if (plan->ks->supports && plan->ks->supports(&plan->k, why, sizeof why) != NLK_OK)
-      return nl__err(ctx, NL_EUNSUPPORTED, "%s: %s", v->name, why);
+    ok = takes(plan->ks, &plan->k, why, sizeof why);
   }
+  if (!ok)
+    return nl__err(ctx, NL_EUNSUPPORTED, "%s: %s", v->name, why);
   return NL_OK;
 }
 
