@@ -397,8 +397,9 @@ NLC_INLINE float nlc_rnd1(int32_t dt, float v)
   return dt == NLK_BF16 ? nl_bf16_to_f32(nl_f32_to_bf16(v)) : v;
 }
 
-/* The fp32 weight the fast kernels multiply by: w + offset (in fp32), 1 when non-affine;
- * rounded to the activation dtype when `round` (RMSNorm's NONE mode, forward only). */
+/* The fp32 weight the fast kernels multiply by: w + offset (in fp32; w itself at offset 0),
+ * 1 when non-affine; rounded to the activation dtype when `round` (RMSNorm's NONE mode,
+ * forward only). */
 static inline void nlc_weight_f(const nlk_norm *k, float *W, int round)
 {
   int64_t j, n = k->N;
@@ -408,7 +409,7 @@ static inline void nlc_weight_f(const nlk_norm *k, float *W, int round)
     return;
   }
   nlc_load_f(k->wdt, k->w, W, n);
-  for (j = 0; j < n; j++)
+  for (j = 0; k->offset != 0.f && j < n; j++)
     W[j] += k->offset;
   if (round)
     nlc_round_f(k->dt, W, n);

@@ -32,14 +32,15 @@ static int ref_ok(const nlk_norm *k)
          (k->op == NLK_RMSNORM || k->op == NLK_LAYERNORM || k->op == NLK_ADD_RMSNORM);
 }
 
-/* W = w + offset in fp64 (1 when non-affine: the offset then has nothing to shift), rounded
- * to the activation dtype when `round` (RMSNorm NONE mode); B = b or 0. */
+/* W = w + offset in fp64 (w itself at offset 0, so that a -0 weight stays -0 as in the GPU's
+ * kernels; 1 when non-affine: the offset then has nothing to shift), rounded to the activation
+ * dtype when `round` (RMSNorm NONE mode); B = b or 0. */
 static void ref_weights(const nlk_norm *k, double *W, double *B, int round)
 {
   int64_t j, n = k->N;
   if (k->w != NULL && k->wdt != NLK_NONE) {
     nlc_load_d(k->wdt, k->w, W, n);
-    for (j = 0; j < n; j++)
+    for (j = 0; k->offset != 0.f && j < n; j++)
       W[j] += (double)k->offset;
     if (round)
       nlc_round_d(k->dt, W, n);

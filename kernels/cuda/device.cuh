@@ -176,9 +176,11 @@ __device__ __forceinline__ void store_pack(Pack<T, VEC> *d, const Pack<T, VEC> &
  * (evict_last): an fp8 y that the external transpose reads next. Both stores in one asm block
  * under complementary predicates, so that a streamed y keeps its `.cs` store and pays only the
  * predicate (docs/kernels.md, "y kept in L2 for the transpose", has what the other forms
- * cost). Packs of 4, 8 or 16 bytes; others are stored plainly. */
+ * cost). pol: l2_policy<true>(), made once by the caller (made here, it cost six uniform
+ * instructions a pack). Packs of 4, 8 or 16 bytes; others are stored plainly. */
 template <typename T, int VEC>
-__device__ __forceinline__ void store_stream_or_keep(Pack<T, VEC> *d, const Pack<T, VEC> &p, bool keep)
+__device__ __forceinline__ void store_stream_or_keep(Pack<T, VEC> *d, const Pack<T, VEC> &p, bool keep,
+                                                     uint64_t pol)
 {
 #define NLK_ST(TY, OPS, ...)                                                                                 \
   asm volatile("{\n.reg .pred k;\nsetp.ne.b32 k, %0, 0;\n@k st.global.L2::cache_hint" TY " [%1], " OPS    \
@@ -187,7 +189,6 @@ __device__ __forceinline__ void store_stream_or_keep(Pack<T, VEC> *d, const Pack
   if constexpr (sizeof(p) < 4) {
     *d = p;
   } else {
-    const uint64_t pol = l2_policy<true>();
     if constexpr (sizeof(p) == 16) {
       const uint4 u = *reinterpret_cast<const uint4 *>(&p);
       NLK_ST(".v4.u32", "{%3, %4, %5, %6}", "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w));
@@ -443,14 +444,21 @@ template <typename T, int VEC> __device__ __forceinline__ void round_pack(float 
 
 /* The VEC weights of pack v as fp32 (`absent` when there is no weight: 1 for a weight, 0 for
  * a bias), in 16-byte loads through the read-only path: every row re-reads the same columns,
- * so they stay in L1. */
-template <typename T, int VEC>
+ * so they stay in L1. LATE: the absent values made only where there is no weight, by a
+ * volatile move the compiler may not hoist; left to itself it fills them above the branch as
+ * defaults, VEC moves that every row with a weight pays, which the forward's epilogue feels
+ * (docs/kernels.md, Open targets); the backward keeps the compiler's choice (LayerNorm's
+ * shared-row kernel spilled more without it). */
+template <typename T, int VEC, bool LATE = false>
 __device__ __forceinline__ void load_w_raw(const void *w, int wf32, int v, float (&out)[VEC], float absent)
 {
   if (!w) {
+    float a = absent;
+    if constexpr (LATE)
+      asm volatile("mov.b32 %0, %1;" : "=f"(a) : "f"(absent));
 #pragma unroll
     for (int j = 0; j < VEC; j++)
-      out[j] = absent;
+      out[j] = a;
   } else if (wf32) {
     const Pack<float, VEC> p = reinterpret_cast<const Pack<float, VEC> *>(w)[v];
 #pragma unroll
@@ -463,10 +471,12 @@ __device__ __forceinline__ void load_w_raw(const void *w, int wf32, int v, float
 }
 
 /* The offset added to weights W where there is a weight w (1 + offset would be wrong where
- * there is none: the absent weight is 1). */
+ * there is none: the absent weight is 1) and the offset is not 0 (a uniform branch over VEC
+ * adds that most rows skip; w + 0 would also turn a -0 weight into +0, which the reference
+ * does not do either). */
 template <int VEC> __device__ __forceinline__ void add_offset(const void *w, float offset, float (&W)[VEC])
 {
-  if (w)
+  if (w && offset != 0.f)
 #pragma unroll
     for (int j = 0; j < VEC; j++)
       W[j] += offset;
@@ -487,7 +497,7 @@ __device__ __forceinline__ void load_w(const void *w, int wf32, float offset, in
  * the conversions out of a loop nor moves them above the reduction into fp32 registers.
  * Otherwise get() reads them where used, from L1, after the row's reduction. fp32 weights
  * are always read where used. */
-template <typename T, int VEC, int ITEMS> struct Weights {
+template <typename T, int VEC, int ITEMS, bool LATE = false> struct Weights {
   Pack<T, VEC> raw[ITEMS];
   const void *w;
   int wf32;
@@ -527,7 +537,7 @@ template <typename T, int VEC, int ITEMS> struct Weights {
     if (held)
       unpack(raw[i], W);
     else
-      load_w_raw<T, VEC>(w, wf32, v, W, absent);
+      load_w_raw<T, VEC, LATE>(w, wf32, v, W, absent);
   }
   /* packs of x's dtype there and read where used: get_raw without its tests (plain_raw) */
   __device__ __forceinline__ bool plain() const { return w && !wf32 && !held; }
@@ -841,6 +851,19 @@ __device__ __forceinline__ Pack<O, VEC> to_fp8_pack(const float (&v)[VEC], float
   return p;
 }
 
+/* The max of v over the warp's 32 lanes, in every lane: one REDUX (sm_80+), where the
+ * butterfly took five shuffles and five maxima in a chain of their latencies. */
+__device__ __forceinline__ unsigned warp_max(unsigned v)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+  for (int o = 16; o > 0; o >>= 1)
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+#endif
+}
+
 /* A CTA's amax: the max of every thread's am (max_abs_nan's), then one atomicMax on the bits
  * of *amax (cleared before the kernel by clear_amax; NULL: nothing) unless *amax already holds
  * as much: thread 0 reads it as the reduction starts (its latency behind the reduction; no
@@ -848,25 +871,24 @@ __device__ __forceinline__ Pack<O, VEC> to_fp8_pack(const float (&v)[VEC], float
  * the atomic when the CTA's max is not above it, *amax only growing: with a CTA per row, tens
  * of thousands of atomics on the one address queue at its L2 slice. An unsigned max of |v|'s
  * bits orders them as the values, NaN above inf, and gives the same bits in any order. Every
- * thread of the CTA calls it (one __syncthreads); red is 32 unsigned of shared memory. */
+ * thread of the CTA calls it (one __syncthreads where the CTA has several warps); red is 32
+ * unsigned of shared memory. */
 __device__ __forceinline__ void amax_commit(float *amax, float am, unsigned *red)
 {
   const int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int warps = (blockDim.x * blockDim.y * blockDim.z + 31) >> 5;
   const unsigned seen = t == 0 && amax ? __ldcg(reinterpret_cast<const unsigned *>(amax)) : 0u;
-  unsigned v = __float_as_uint(am);
-  for (int o = 16; o > 0; o >>= 1)
-    v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if ((t & 31) == 0)
-    red[t >> 5] = v;
-  __syncthreads();
-  if (t < 32) {
-    v = t < warps ? red[t] : 0u;
-    for (int o = 16; o > 0; o >>= 1)
-      v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if (t == 0 && amax && v > seen)
-      atomicMax(reinterpret_cast<unsigned *>(amax), v);
+  unsigned v = warp_max(__float_as_uint(am));
+  if (warps > 1) { /* a CTA of one warp has its max already: no barrier, no second round */
+    if ((t & 31) == 0)
+      red[t >> 5] = v;
+    __syncthreads();
+    if (t >= 32)
+      return;
+    v = warp_max(t < warps ? red[t] : 0u);
   }
+  if (t == 0 && amax && v > seen)
+    atomicMax(reinterpret_cast<unsigned *>(amax), v);
 }
 
 /* Current scaling's scale from amax: fp8 max / amax correctly rounded (not the fast-math

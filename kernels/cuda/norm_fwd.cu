@@ -200,10 +200,12 @@ template <typename T, Out OUT> struct Epi {
   const FwdOut &o;
   float scale = 1.f;
   float amax = 0.f; /* max |v| so far, NaN winning (max_abs_nan) */
+  uint64_t keep_pol = 0; /* fp8: the evict_last policy of a kept y, made once */
 
   __device__ __forceinline__ explicit Epi(const FwdOut &out) : o(out)
   {
     if constexpr (fp8) {
+      keep_pol = l2_policy<true>();
       if (o.pass == PASS_Y) {
         scale = scale_from_amax(*o.amax, fp8_max<out_e4m3(OUT) ? NLK_F8E4M3 : NLK_F8E5M2>());
         if (o.scale && blockIdx.x == 0 && threadIdx.x == 0)
@@ -237,7 +239,7 @@ template <typename T, Out OUT> struct Epi {
     if (!stores())
       return;
     if constexpr (fp8 && !out_yt(OUT) && STREAM)
-      store_stream_or_keep(y + v, p, o.keep_y);
+      store_stream_or_keep(y + v, p, o.keep_y, keep_pol);
     else
       store_pack<STREAM>(y + v, p);
     tap(p);
@@ -407,7 +409,7 @@ __device__ __forceinline__ void put_stats(const FwdArgs &a, int64_t row, const S
  * where used (held as well, it leaves the pipelined kernel no registers; the one-row kernels
  * measured no faster with it held). */
 template <typename T, int VEC, int ITEMS, Norm NORM> struct Affine {
-  Weights<T, VEC, ITEMS> w, b;
+  Weights<T, VEC, ITEMS, true> w, b; /* the absent ones made late (load_w_raw) */
   __device__ __forceinline__ Affine(const FwdArgs &a, int lane, int G, int nvec, bool hold)
       : w(a.w, a.wf32, a.offset, lane, G, nvec, hold),
         b(NORM == Norm::LN ? a.b : nullptr, a.bf32, 0.f, lane, G, nvec, false, 0.f)
