@@ -1501,6 +1501,41 @@ describe("CUDA ops #cuda", function()
     end
   end)
 
+  -- the CPU twin is dtype_spec's "a -0 weight at offset 0"
+  it_cuda("a -0 weight at offset 0 keeps the sign of x times -0 in every forward variant", function()
+    local x = cuda:randn({4, 256}, "bf16", {seed = 8})
+    local xs = x:read(0, 4 * 256)
+    for _, wdt in ipairs({"bf16", "fp32"}) do
+      local wt = {}
+      for j = 1, 256 do
+        wt[j] = j % 2 == 0 and -0.0 or 1
+      end
+      local w = cuda:from_table(wt, wdt)
+      local ran = 0
+      for _, v in ipairs(variants("rmsnorm", "fwd")) do
+        local probe = cuda:empty({4, 256}, "bf16")
+        local ok = nl.supports("rmsnorm.fwd." .. v, {x = x, w = w, y = probe, eps = 1e-6})
+        probe:free()
+        if ok then
+          local y, rstd = nl.rmsnorm(x, w, {variant = v})
+          local ys, bad = y:read(0, 4 * 256), 0
+          for k = 2, #ys, 2 do
+            -- y is a zero whose sign is x's flipped (x is never 0 here)
+            if ys[k] ~= 0 or (1 / ys[k] > 0) == (xs[k] > 0) then
+              bad = bad + 1
+            end
+          end
+          assert.are.equal(0, bad, v .. " with a " .. wdt .. " weight: zeros of the wrong sign")
+          free(y, rstd)
+          ran = ran + 1
+        end
+      end
+      assert.is_true(ran > 0)
+      w:free()
+    end
+    x:free()
+  end)
+
   it_ln("layernorm: NaN and Inf inputs flow through to NaN rows", function()
     local x = cuda:randn({4, 256}, "bf16", {seed = 5})
     local w, b = cuda:randn({256}, "bf16", {seed = 6}), cuda:randn({256}, "fp32", {seed = 7})

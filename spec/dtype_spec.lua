@@ -467,3 +467,26 @@ describe("raw bit patterns", function()
     assert.has_error(function() nl.decode("fp16", {-1}) end)
   end)
 end)
+
+-- A weight of -0 is a weight: at offset 0 the kernels multiply by it as it is (w + 0 would make
+-- it +0), so y takes the sign of x times -0, as the GPU's kernels give it. An fp32 weight
+-- beside 16-bit x takes the same path through the weight's own load.
+describe("a -0 weight at offset 0", function()
+  for _, case in ipairs({{"fp32", "fp32"}, {"bf16", "bf16"}, {"fp16", "fp16"}, {"bf16", "fp32"}}) do
+    local dt, wdt = case[1], case[2]
+    it(dt .. " x, " .. wdt .. " weight: ref, row and persistent keep the sign of x times -0", function()
+      local x = cpu:from_table({1, -1, 2, -2}, dt)
+      local w = cpu:from_table({-0.0, -0.0, 1, -1}, wdt)
+      for _, v in ipairs({"ref", "row", "persistent"}) do
+        local y, rstd = nl.rmsnorm(x, w, {variant = v})
+        local got = y:read(0, 4)
+        check_list(dt .. " rmsnorm." .. v, {got[1], got[2]}, {-0.0, 0.0})
+        assert(got[3] > 0 and got[4] > 0, v .. ": the weighted columns")
+        y:free()
+        rstd:free()
+      end
+      x:free()
+      w:free()
+    end)
+  end
+end)
