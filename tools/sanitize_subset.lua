@@ -345,9 +345,22 @@ local function chunked()
 end
 
 -- The parts the arguments name (norms, norms1 .. norms4, fp8, transpose, chunked), or all:
--- racecheck over the whole subset takes minutes, a part at a time fits a shorter run.
+-- racecheck over the whole subset takes minutes, a part at a time fits a shorter run. A name
+-- that is no part is an error: it would run nothing and leave the tool's summary clean.
+local parts = {{"fp8", fp8_outputs}, {"transpose", transposes}, {"chunked", chunked}}
+local known = {norms = true}
+for i = 1, #passes do
+  known["norms" .. i] = true
+end
+for _, part in ipairs(parts) do
+  known[part[1]] = true
+end
 local asked = {}
 for _, a in ipairs(arg or {}) do
+  if not known[a] then
+    error(string.format("sanitize_subset: no part %q (parts: norms, norms1 .. norms%d, fp8, transpose, chunked)",
+      a, #passes), 0)
+  end
   asked[a] = true
 end
 local function want(part)
@@ -358,7 +371,7 @@ for i, pass in ipairs(passes) do
     norms(pass)
   end
 end
-for _, part in ipairs({{"fp8", fp8_outputs}, {"transpose", transposes}, {"chunked", chunked}}) do
+for _, part in ipairs(parts) do
   if want(part[1]) then
     part[2]()
   end
