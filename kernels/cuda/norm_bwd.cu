@@ -775,10 +775,13 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
     }
     return s;
   };
-  for (int s = 0; s < S - 1; s++)
-    fetch(begin + grp + s * step, s);
+  /* ROW_SHARE waits for its peers before the prologue's copies rather than overlapping them
+   * with the barrier: with cp.async between arrive and wait, racecheck took a peer for a writer
+   * of this CTA's staging; waiting first costs nothing measurable (docs/kernels.md, "Sanitizers") */
   if constexpr (CL == ROW_SHARE)
     cluster_wait();
+  for (int s = 0; s < S - 1; s++)
+    fetch(begin + grp + s * step, s);
   int stage = 0;
   for (int64_t base = begin; base < end; base += step) {
     const int64_t row = base + grp;
