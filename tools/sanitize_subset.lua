@@ -348,18 +348,21 @@ end
 -- racecheck over the whole subset takes minutes, a part at a time fits a shorter run. A name
 -- that is no part is an error: it would run nothing and leave the tool's summary clean.
 local parts = {{"fp8", fp8_outputs}, {"transpose", transposes}, {"chunked", chunked}}
-local known = {norms = true}
+local names = {"norms"}
 for i = 1, #passes do
-  known["norms" .. i] = true
+  names[#names + 1] = "norms" .. i
 end
 for _, part in ipairs(parts) do
-  known[part[1]] = true
+  names[#names + 1] = part[1]
+end
+local known = {}
+for _, name in ipairs(names) do
+  known[name] = true
 end
 local asked = {}
 for _, a in ipairs(arg or {}) do
   if not known[a] then
-    error(string.format("sanitize_subset: no part %q (parts: norms, norms1 .. norms%d, fp8, transpose, chunked)",
-      a, #passes), 0)
+    error(string.format("sanitize_subset: no part %q (parts: %s)", a, table.concat(names, ", ")), 0)
   end
   asked[a] = true
 end
