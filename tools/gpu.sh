@@ -38,7 +38,8 @@ for step in $steps; do
       # each, the rest under a minute)
       STEP_TIMEOUT=${SANITIZE_TIMEOUT:-600} run memcheck compute-sanitizer --tool memcheck \
         --error-exitcode 9 "$BUILD/normlab" tools/sanitize_subset.lua
-      for part in norms1 norms2 norms3 norms4 fp8 transpose chunked; do
+      parts=$("$BUILD/normlab" tools/sanitize_subset.lua --list) || { echo "sanitize: no parts list" >&2; exit 1; }
+      for part in $parts; do
         STEP_TIMEOUT=${SANITIZE_TIMEOUT:-600} run "racecheck_$part" compute-sanitizer --tool racecheck \
           --error-exitcode 9 "$BUILD/normlab" tools/sanitize_subset.lua "$part"
       done ;;

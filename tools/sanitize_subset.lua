@@ -13,8 +13,10 @@
 -- Small shapes: the tools slow kernels down a lot.
 --   compute-sanitizer --tool memcheck build/normlab tools/sanitize_subset.lua [part ...]
 -- Parts (none named: all): norms (or one pass of it, norms1 .. norms4), fp8, transpose, chunked.
+-- `--list` prints the parts that together make the whole, one a line, and opens no device
+-- (tools/gpu.sh runs racecheck over them one at a time).
 local nl = require("normlab")
-local dev = nl.device("cuda")
+local dev -- the CUDA device, opened once the arguments are known
 
 -- The registered CUDA strategies of an op and pass, auto aside.
 local function strategies(op, pass)
@@ -355,6 +357,10 @@ end
 for _, part in ipairs(parts) do
   names[#names + 1] = part[1]
 end
+if arg and arg[1] == "--list" then
+  print(table.concat(names, "\n", 2)) -- norms1 onwards: "norms" is the sum of its passes
+  return
+end
 local known = {}
 for _, name in ipairs(names) do
   known[name] = true
@@ -366,6 +372,7 @@ for _, a in ipairs(arg or {}) do
   end
   asked[a] = true
 end
+dev = nl.device("cuda")
 local function want(part)
   return next(asked) == nil or asked[part]
 end
