@@ -639,8 +639,8 @@ __global__ void __launch_bounds__(stride_limits(VEC * sizeof(T))(ITEMS)) bwd_str
     shift_cols<T>(a, c0);
   const Group g(a.group, MAP);
   const int G = g.G, R = g.per_cta, grp = g.idx, lane = g.lane, nvec = ncols / VEC;
-  /* HELD: the rows held ahead of the one at hand, LayerNorm's two (its shared rows ran 10-14%
-   * faster), RMSNorm's one (two lost up to 3%: docs/kernels.md, "Rows of single elements") */
+  /* HELD: the rows held ahead of the one at hand, LayerNorm's two and RMSNorm's one, each the
+   * faster count for its op (docs/kernels.md, "Rows of single elements") */
   constexpr int AHEAD = HELD && NORM == Norm::LN ? 2 : 1;
   const int S = HELD ? AHEAD + 1 : a.stages;
   extern __shared__ __align__(16) float dyn[];

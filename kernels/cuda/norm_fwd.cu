@@ -1151,9 +1151,8 @@ __global__ void __launch_bounds__(LOOP_BLOCK) fwd_loop(FwdArgs a, FwdOut o)
 
 /* fwd_one with `lanes` threads per row compiled in: instances for 4, 8, 16 and 32 lanes with
  * 16-byte packs, a PLAIN y, the weight read after the reduction and up to 4 packs a thread;
- * the general kernel for any other key. Kept to the general kernel, as measured: the early
- * weight (with the lanes compiled in it lost 1-2% on an H200) and 8 packs a thread (4 lanes x
- * 8 packs lost 15% for RMSNorm and 24% for LayerNorm at 32768 x 256 on an H100). */
+ * the general kernel for any other key, the early weight and 8 packs a thread among them,
+ * which ran slower with their lanes compiled in (docs/kernels.md, "Lanes compiled in"). */
 template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT>
 const void *one_kernel(int lanes)
 {
@@ -1477,7 +1476,8 @@ bool plan(const nlk_norm *k, const Candidates &cands, FwdPlan *p)
 /* The chunked transposed copy's tile columns: transpose.tile_n, or from
  * transpose.chunk_tile_div the power of two at or below N / chunk_tile_div where that is wider
  * (up to 1024): a tile CTA has the row kernel's block, which grows with the row, and narrow
- * tiles left it a chunk a thread (16384 columns: 71% of the roofline at 128, 78% at 512). */
+ * tiles would leave its threads a chunk each (docs/kernels.md, "Chunks of rows chained by
+ * programmatic dependent launch"). */
 int chunk_tile_n(const nlk_norm *k)
 {
   int tn = k->tr.tile_n;

@@ -231,8 +231,8 @@ __host__ inline RowCfg row_cfg(const nlk_norm *k, int64_t n, int elt, Rows rows,
     if (rows == Rows::CTA || rows == Rows::SKEW ||
         (rows == Rows::STRIDE && want.whole_warps && whole < group)) {
       /* one row a CTA of whole warps, not a power of two: a 5120-column bf16 row at 2 packs a
-       * thread takes 320 threads where 512 left 37% of them idle (row 2093 -> 2299 GB/s at
-       * 1024 x 5120, H100) */
+       * thread takes 320 threads, where 512 would leave 37% of them idle and holding registers
+       * (docs/kernels.md, "The acceptance grid", rule 3) */
       c.group = c.block = whole;
     } else if (limits.max_group && group > limits.max_group) {
       continue;
