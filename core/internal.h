@@ -40,6 +40,7 @@ typedef struct nl_knobs {
   struct {
     int64_t blockrow_max_n, narrow_min_m;
     double staged_max_waves;
+    int32_t fp8_max_threads; /* the kernels' rmsnorm.fwd.fp8_max_threads for add_rmsnorm */
   } add_fwd;
   struct {
     int64_t blockrow_max_n, blockrow_max_m, narrow_max_n, narrow_max_m, partials_min_m, row_max_n;

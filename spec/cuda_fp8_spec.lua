@@ -14,7 +14,7 @@
 --     columns); current scaling's run info (two passes, the inputs read again); saturation,
 --     NaN and Inf rows, scale 0 and huge scales, current scaling of all-zero x (scale 1);
 --     yt in x's dtype by each way every forward offers (external, strided); wide rows' packs per
---     thread under rmsnorm.fwd.fp8_max_threads (run info's kernel).
+--     thread under rmsnorm.fwd.fp8_max_threads and add_rmsnorm's twin (run info's kernel).
 local nl = require("normlab")
 local helper = require("spec.helper")
 local drivers = require("spec.drivers")
@@ -480,24 +480,39 @@ describe("#cuda fp8 output of the CUDA forwards", function()
     end
   end)
 
-  it_cuda("fp8 y on wide rows: more packs per thread (rmsnorm.fwd.fp8_max_threads), run info, against ref", function()
+  it_cuda("fp8 y on wide rows: more packs per thread (rmsnorm.fwd.fp8_max_threads, add_rmsnorm's twin), run info, against ref", function()
     -- bf16 8192 columns: 1024 packs, 4 a thread (fp8_items) is 256 threads, 8 is 128; fp32
-    -- 8192 columns: 2048 packs, 8 a thread is 256 threads (the most packs there are)
+    -- 8192 columns: 2048 packs, 8 a thread is 256 threads (the most packs there are). The
+    -- defaults: 128 threads for rmsnorm and layernorm, off for add_rmsnorm (its own setting).
+    local function packs(op, x, w)
+      local a = args_of(op, to_gpu(x), keep(cuda:empty(x.shape, "fp8e4m3")), {w = to_gpu(w)})
+      local info = nl.run(op .. ".fwd.row", a)
+      return tonumber(info.kernel:match("^fwd_one<[^,]+, %d+, (%d+),")), info.kernel
+    end
+    local fixed = {["rmsnorm.fwd.fp8_items"] = 4, ["rmsnorm.fwd.reload_min_n"] = 0,
+      ["rmsnorm.fwd.early_weight_max_n"] = 0}
+    local key = {rmsnorm = "rmsnorm.fwd.fp8_max_threads", layernorm = "rmsnorm.fwd.fp8_max_threads",
+      add_rmsnorm = "add_rmsnorm.fwd.fp8_max_threads"}
     for _, op in ipairs(OPS) do
       for _, c in ipairs({{"bf16", 8192}, {"bf16", 16384}, {"fp32", 8192}}) do
         local x = keep(cpu:randn({7, c[2]}, c[1], {seed = 31}))
         local w = keep(cpu:randn({c[2]}, c[1], {seed = 32, mean = 1, std = 0.2}))
         for _, cap in ipairs({0, 128}) do
-          helper.with_settings({["rmsnorm.fwd.fp8_items"] = 4, ["rmsnorm.fwd.fp8_max_threads"] = cap,
-            ["rmsnorm.fwd.reload_min_n"] = 0, ["rmsnorm.fwd.early_weight_max_n"] = 0}, function()
-            local a = args_of(op, to_gpu(x), keep(cuda:empty(x.shape, "fp8e4m3")), {w = to_gpu(w)})
-            local info = nl.run(op .. ".fwd.row", a)
-            local items = tonumber(info.kernel:match("^fwd_one<[^,]+, %d+, (%d+),"))
-            assert.are.equal(cap == 0 and 4 or 8, items, info.kernel)
+          -- the other op's key at the other value: each op reads its own
+          local s = {[key[op]] = cap}
+          s[key[op] == key.add_rmsnorm and key.rmsnorm or key.add_rmsnorm] = 128 - cap
+          for k, v in pairs(fixed) do s[k] = v end
+          helper.with_settings(s, function()
+            local items, kernel = packs(op, x, w)
+            assert.are.equal(cap == 0 and 4 or 8, items, kernel)
             against_ref(op, "row", x, w, {out_dtype = "fp8e4m3", scale = 2},
               string.format("%s.fwd.row 7x%d %s fp8_max_threads %d", op, c[2], c[1], cap))
           end)
         end
+        helper.with_settings(fixed, function()
+          local items, kernel = packs(op, x, w)
+          assert.are.equal(op == "add_rmsnorm" and 4 or 8, items, "defaults: " .. kernel)
+        end)
       end
     end
   end)
