@@ -129,7 +129,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA forward with an fp8 y: at least this many 16-byte packs per thread per row (the fp8 epilogue's per-thread cost spread over more elements)"},
   {.key = "rmsnorm.fwd.fp8_max_threads", AT(fwd.fp8_max_threads, I32),
    .def = 128, .min = 0, .max = 1024,
-   .doc = "CUDA row forward with an fp8 y: packs per thread doubled (up to 8) until a row's CTA has at most this many threads; 0: off (bf16, 8 packs against 4: H200 rmsnorm +8-18% and layernorm +10-16% at 4096 and 32768 rows of 8192 and 16384 columns; H100 32768 x 8192 rmsnorm +2.5%, layernorm +11%, 32768 x 16384 +11% / +9%, 4096 x 16384 +7% / +6%, up to 2% lost at 4096 x 8192 rmsnorm and by fp32 x; add_rmsnorm has its own, add_rmsnorm.fwd.fp8_max_threads)"},
+   .doc = "CUDA row forward with an fp8 y: packs per thread doubled (up to 8) until a row's CTA has at most this many threads; 0: off (8 packs against 4: H200 rmsnorm +8-18% and layernorm +10-16% at 4096 and 32768 rows of 8192 and 16384 bf16 columns, +8-38% at 4096 and 8192 fp32 columns but rmsnorm 4096 x 4096 (even); H100 bf16 32768 x 8192 rmsnorm +2.5%, layernorm +11%, 32768 x 16384 +11% / +9%, 4096 x 16384 +7% / +6%, up to 2% lost at 4096 x 8192 rmsnorm and by fp32 x; add_rmsnorm has its own, add_rmsnorm.fwd.fp8_max_threads)"},
   {.key = "rmsnorm.fwd.block", AT(fwd.block, I32),
    .def = 1024, .min = 32, .max = 1024,
    .doc = "CUDA persistent forward: preferred threads per CTA (rows per CTA = block / threads per row)"},
