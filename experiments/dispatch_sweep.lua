@@ -10,7 +10,10 @@
 -- Each --set key=v1,v2,... adds an axis; the cartesian product of all axes is run. A value
 -- given twice runs twice (A/B rounds), its second column labelled #2. --shard I/N runs every
 -- combination on every Nth cell (dtype, M, N) from the Ith; `normlab merge` puts the shards'
--- --json back together (README, "Sharding a sweep").
+-- --json back together (README, "Sharding a sweep"). A forward with --fp8 <dtype> writes y in
+-- fp8 with its amax (--scaling delayed or current), and with --transpose <way> its transposed
+-- copy yt too, so that the fp8 settings (rmsnorm.fwd.fp8_max_threads, transpose.tile_m, ...)
+-- sweep as the others do.
 local nl = require("normlab")
 local cli = require("normlab.cli")
 local report = require("normlab.report")
@@ -20,7 +23,11 @@ local p = cli.parser("Sweep runtime settings; one column per combination.",
   {M = "4096", N = "1024..16384", dtypes = "bf16", variants = "auto", weight = "x"})
 cli.op_options(p, {pass = "bwd", choose = true})
 cli.set_option(p)
+cli.fp8_options(p, {transpose = true})
 local args = cli.parse(p)
+if args.fp8 and args.pass ~= "fwd" then
+  error(cli.usage_error("--fp8: the forward pass writes y (--op " .. args.op .. " is " .. args.pass .. ")"))
+end
 
 -- Axes of the sweep, checked against the context's settings before anything runs.
 local axes = cli.set_axes(args.set, nl.get)
@@ -54,7 +61,7 @@ for i, combo in ipairs(combos) do
   io.stderr:write(string.format("[combination %d/%d] %s\n", i, #combos, label(combo)))
   -- the combination in force for this run only; settings the user had not set go back to
   -- the GPU model's defaults afterwards
-  local r = settings.with(combo, nl.bench, cli.bench_opts(args, {device = dev}))
+  local r = settings.with(combo, nl.bench, cli.fp8_bench_opts(args, cli.bench_opts(args, {device = dev})))
   -- a combination given twice (A/B rounds: --set k=0,1,0,1) gets its round in the label
   local name = label(combo)
   runs[name] = (runs[name] or 0) + 1

@@ -30,16 +30,7 @@ local p = cli.parser("A norm's forward with an fp8 output and a transposed copy,
   {M = "4096,32768", N = "1024..16384", dtypes = "bf16", variants = "auto", weight = "x"})
 cli.op_options(p, {pass = "fwd"})
 cli.hold_option(p)
-p:option("--fp8", "The fp8 dtype: fp8e4m3 or fp8e5m2."):argname("<dtype>"):default("fp8e4m3")
-  :convert(function(s)
-    if s == "fp8e4m3" or s == "fp8e5m2" then return s end
-    return nil, "--fp8: expected fp8e4m3 or fp8e5m2, got '" .. s .. "'"
-  end)
-p:option("--scaling", "The fp8 scaling: delayed or current."):argname("<how>"):default("delayed")
-  :convert(function(s)
-    if s == "delayed" or s == "current" then return s end
-    return nil, "--scaling: expected delayed or current, got '" .. s .. "'"
-  end)
+cli.fp8_options(p, {fp8 = "fp8e4m3"})
 local args = cli.parse(p, nil, {devices = false})
 local held = cli.held(args, nl.get)
 if args.op == "transpose" then

@@ -501,4 +501,35 @@ describe("experiment scripts", function()
     assert.truthy(err:find("names the bwd pass but --pass says fwd", 1, true), err)
     assert.falsy(err:find("traceback", 1, true), err)
   end)
+
+  it("dispatch_sweep --fp8 sweeps settings on an fp8 y (and its yt), each checked, the header says so", function()
+    local path = os.tmpname()
+    for _, case in ipairs({{{"--op", "layernorm.fwd", "--fp8", "fp8e4m3"}, "y in fp8e4m3 (delayed scaling)"},
+        {{"--op", "rmsnorm.fwd", "--fp8", "fp8e5m2", "--scaling", "current", "--transpose", "external"},
+         "y in fp8e5m2 (current scaling, yt external)"}}) do
+      local ok, out, err = sweep("experiments/dispatch_sweep.lua",
+        {"--set", "rmsnorm.fwd.fp8_max_threads=0,128", "--json", path, unpack_(case[1])})
+      assert.is_true(ok, tostring(err))
+      assert.truthy(out:find(case[2], 1, true), out)
+      assert.are.same({"M", "N", "dtype", "auto@fp8_max_threads=0", "auto@fp8_max_threads=128"}, columns(out))
+      local r = require("normlab.report").from_json(read_file(path))
+      assert.are.equal(4, #r.rows) -- 2 cells x 2 combinations
+      for _, row in ipairs(r.rows) do
+        assert.are.equal("ok", row.status)
+        assert.truthy(row.check.y and row.check.amax, case[2])
+        assert.are.equal(case[1][6] ~= nil, row.check.yt ~= nil, case[2])
+      end
+    end
+    os.remove(path)
+    -- usage errors: --fp8 on a backward, --transpose or --scaling without --fp8, a dtype not fp8
+    for _, case in ipairs({{{"--op", "rmsnorm.bwd", "--fp8", "fp8e4m3"}, "the forward pass writes y"},
+        {{"--op", "rmsnorm.fwd", "--transpose", "external"}, "come with --fp8"},
+        {{"--op", "rmsnorm.fwd", "--scaling", "current"}, "come with --fp8"},
+        {{"--op", "rmsnorm.fwd", "--fp8", "bf16"}, "--fp8: expected fp8e4m3, fp8e5m2"}}) do
+      local rc, _, err = run({"--device", "cpu", "experiments/dispatch_sweep.lua", unpack_(case[1])})
+      assert.are.equal(1, rc, case[2])
+      assert.truthy(err:find(case[2], 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+  end)
 end)

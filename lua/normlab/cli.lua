@@ -271,6 +271,49 @@ function cli.set_axes(list, check)
   return axes
 end
 
+-- Adds --fp8 <dtype> (y in fp8e4m3 or fp8e5m2, with its amax) and --scaling <how> (delayed or
+-- current) to a parser, and with opts.transpose --transpose <way> (the transposed fp8 copy yt,
+-- written strided, external, fused_tiled, chunked or the default way). opts.fp8: --fp8's
+-- default, with --scaling's delayed (fp8_sweep.lua, always fp8); without it y stays in x's
+-- dtype unless --fp8 is given, and cli.fp8_bench_opts refuses --scaling or --transpose
+-- alone. Returns p.
+function cli.fp8_options(p, opts)
+  opts = opts or {}
+  local function one_of(flag, allowed)
+    return function(s)
+      if member(allowed, s) then return s end
+      return nil, format("%s: expected %s, got '%s'", flag, concat(allowed, ", "), s)
+    end
+  end
+  local fp8 = p:option("--fp8", "y in this fp8 dtype, with its amax: fp8e4m3 or fp8e5m2.")
+    :argname("<dtype>"):convert(one_of("--fp8", {"fp8e4m3", "fp8e5m2"}))
+  local scaling = p:option("--scaling", "The fp8 scaling: delayed (a given scale) or current.")
+    :argname("<how>"):convert(one_of("--scaling", {"delayed", "current"}))
+  if opts.fp8 then
+    fp8:default(opts.fp8)
+    scaling:default("delayed")
+  end
+  if opts.transpose then
+    p:option("--transpose", "With --fp8, the transposed fp8 copy yt, written this way: default, "
+      .. "strided, external, fused_tiled or chunked."):argname("<way>")
+      :convert(one_of("--transpose", {"default", "strided", "external", "fused_tiled", "chunked"}))
+  end
+  return p
+end
+
+-- nl.bench's out_dtype, scaling and transpose from cli.fp8_options' flags, set in o (nothing
+-- without --fp8; --scaling or --transpose without it is a usage error). Returns o.
+function cli.fp8_bench_opts(args, o)
+  if not args.fp8 then
+    if args.scaling or args.transpose then
+      error(cli.usage_error("--scaling and --transpose come with --fp8 (y in fp8)"))
+    end
+    return o
+  end
+  o.out_dtype, o.scaling, o.transpose = args.fp8, args.scaling, args.transpose
+  return o
+end
+
 -- Adds --set key=value (repeatable) to a parser: settings held for the whole run, which
 -- cli.held reads after cli.parse. Returns p.
 function cli.hold_option(p)

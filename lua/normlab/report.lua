@@ -279,6 +279,12 @@ local function header(self, what)
   if m.outputs == "shared" then mode = mode .. " (outputs shared across sets)" end
   if m.graph then mode = mode .. " + CUDA graph" end
   local date = m.date or os.date("%Y-%m-%d %H:%M")
+  -- an fp8 y (and yt) for every line: said once here (fp8_sweep's mixed tables say it per column)
+  local sw = m.sweep or {}
+  if sw.out_dtype then
+    what = format("%s, y in %s (%s scaling%s)", what, tostring(sw.out_dtype),
+      tostring(sw.scaling or "delayed"), sw.transpose and ", yt " .. tostring(sw.transpose) or "")
+  end
   local out = {format("%s on %s", what, concat(devices, ", "))}
   out[2] = format("roofline %s (device-to-device copy), mode %s, %s%s",
     #roofs > 0 and concat(roofs, ", ") or "unknown", mode, tostring(date),
