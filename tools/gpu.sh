@@ -104,6 +104,22 @@ for step in $steps; do
         --set rmsnorm.fwd.staged_items=1,2,4,8 --markdown "$OUT/tune_fwd_staged.md"
       run tune_fwd_pipe "${tune[@]}" --op rmsnorm.fwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
         --set rmsnorm.fwd.items=2,4 --set rmsnorm.fwd.stages=2,3 --markdown "$OUT/tune_fwd_pipe.md"
+      # blockrow's CTA size by op from 16384 rows (the H200 took 64 in session 42)
+      for op in rmsnorm layernorm add_rmsnorm; do
+        run tune_fwd_blockrow_block_$op "${tune[@]}" --op $op.fwd --variants blockrow --M 4096,16384,32768,65536 \
+          --N 256,512,1024 --set rmsnorm.fwd.blockrow_block=64,128,256 --markdown "$OUT/tune_fwd_blockrow_block_$op.md"
+      done
+      # an fp8 y: packs per thread on wide rows (each op's own key), bf16 and fp32 x; the
+      # transposes' tile under the external yt
+      fp8=("$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check
+           --weight x --dtypes bf16,fp32 --fp8 fp8e4m3 --variants auto --M 4096,32768 --N 4096,8192,16384)
+      for op in rmsnorm layernorm add_rmsnorm; do
+        key=rmsnorm; [ $op = add_rmsnorm ] && key=add_rmsnorm
+        run tune_fwd_fp8_$op "${fp8[@]}" --op $op.fwd --set $key.fwd.fp8_max_threads=0,128 \
+          --markdown "$OUT/tune_fwd_fp8_$op.md"
+      done
+      run tune_tile "${tune[@]}" --op rmsnorm.fwd --variants auto --fp8 fp8e4m3 --transpose external \
+        --M 4096,32768 --N 1024..16384 --set transpose.tile_m=64,128 --markdown "$OUT/tune_tile.md"
       # the looping kernels (rows wider than any register layout), fp32 as well
       loop=("$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check
             --weight x --dtypes bf16,fp32 --M 4096)
