@@ -107,7 +107,7 @@ for step in $steps; do
       # blockrow's CTA size by op from 16384 rows (the H200 took 64 in session 42)
       for op in rmsnorm layernorm add_rmsnorm; do
         run tune_fwd_blockrow_block_$op "${tune[@]}" --op $op.fwd --variants blockrow --M 4096,16384,32768,65536 \
-          --N 256,512,1024 --set rmsnorm.fwd.blockrow_block=64,128,256 --markdown "$OUT/tune_fwd_blockrow_block_$op.md"
+          --N 256,512,1024 --set rmsnorm.fwd.blockrow_block=32,64,128,256 --markdown "$OUT/tune_fwd_blockrow_block_$op.md"
       done
       # an fp8 y: packs per thread on wide rows (each op's own key), bf16 and fp32 x; the
       # transposes' tile under the external yt
