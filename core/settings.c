@@ -105,7 +105,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA auto forward, add_rmsnorm: staged where row's CTAs, after its one-wave doublings, need more than one wave and at most this many, and staged's fit one wave (0: never; measurements in docs/kernels.md, \"One wave of CTAs\")"},
   {.key = "rmsnorm.fwd.blockrow_block", AT(fwd.blockrow_block, I32),
    .def = 64, .min = 32, .max = 1024, .models = {{"H100", 128}},
-   .doc = "CUDA blockrow forward: threads per CTA, rounded up to a power of two and capped by the kernel's register budget (rows per CTA = this / threads per row; H200 bf16, 64 against 256: LayerNorm +1-5% from 16384 rows at 256 to 1024 columns, add_rmsnorm +1-2% there, RMSNorm within -1.4..+1.6%)"},
+   .doc = "CUDA blockrow forward: threads per CTA, rounded up to a power of two and capped by the kernel's register budget (rows per CTA = this / threads per row; H200 bf16, 64 against 256: LayerNorm +1-5% from 16384 rows at 256 to 1024 columns, add_rmsnorm up to +2% there, RMSNorm within -1.4..+1.5%)"},
   {.key = "rmsnorm.fwd.blockrow_items", AT(fwd.blockrow_items, I32),
    .def = 2, .min = 1, .max = 8, .models = {{"H100", 1}},
    .doc = "CUDA blockrow forward: target 16-byte packs per thread per row below blockrow_group_min_m rows (more where a row would need more than a warp; H100 at M = 4096, N 64 and 128: 1 led 2 by 6% and 5%)"},
