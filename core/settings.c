@@ -99,7 +99,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA auto forward, add_rmsnorm: rmsnorm.fwd.narrow_min_m's twin (H200 bf16: row led blockrow by 12-16% at 128 rows of 64 to 256 columns, tied at 384, 7% behind at 512; blockrow led or tied at 1024 rows up to 512)"},
   {.key = "add_rmsnorm.fwd.fp8_max_threads", AT(add_fwd.fp8_max_threads, I32),
    .def = 0, .min = 0, .max = 1024,
-   .doc = "CUDA row forward, add_rmsnorm with an fp8 y: rmsnorm.fwd.fp8_max_threads's twin (bf16, 128 against 0: H200 -1..-4% at 4096 and 32768 rows of 8192 and 16384 columns, H100 up to -2%)"},
+   .doc = "CUDA row forward, add_rmsnorm with an fp8 y: rmsnorm.fwd.fp8_max_threads's twin (bf16, 128 against 0: H200 -0.2..-4% at 4096 and 32768 rows of 8192 and 16384 columns, H100 up to -2%)"},
   {.key = "add_rmsnorm.fwd.staged_max_waves", AT(add_fwd.staged_max_waves, F64),
    .def = 2, .min = 0, .max = 64,
    .doc = "CUDA auto forward, add_rmsnorm: staged where row's CTAs, after its one-wave doublings, need more than one wave and at most this many, and staged's fit one wave (0: never; measurements in docs/kernels.md, \"One wave of CTAs\")"},
