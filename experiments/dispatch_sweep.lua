@@ -56,12 +56,15 @@ local function label(combo)
 end
 
 local dev = nl.device(args.device)
+-- nl.bench's options, the same for every combination (--scaling or --transpose without --fp8
+-- refused here, before anything runs)
+local opts = cli.fp8_bench_opts(args, cli.bench_opts(args, {device = dev}))
 local results, runs = {}, {}
 for i, combo in ipairs(combos) do
   io.stderr:write(string.format("[combination %d/%d] %s\n", i, #combos, label(combo)))
   -- the combination in force for this run only; settings the user had not set go back to
   -- the GPU model's defaults afterwards
-  local r = settings.with(combo, nl.bench, cli.fp8_bench_opts(args, cli.bench_opts(args, {device = dev})))
+  local r = settings.with(combo, nl.bench, opts)
   -- a combination given twice (A/B rounds: --set k=0,1,0,1) gets its round in the label
   local name = label(combo)
   runs[name] = (runs[name] or 0) + 1
