@@ -525,7 +525,7 @@ describe("experiment scripts", function()
     for _, case in ipairs({{{"--op", "rmsnorm.bwd", "--fp8", "fp8e4m3"}, "the forward pass writes y"},
         {{"--op", "rmsnorm.fwd", "--transpose", "external"}, "come with --fp8"},
         {{"--op", "rmsnorm.fwd", "--scaling", "current"}, "come with --fp8"},
-        {{"--op", "rmsnorm.fwd", "--fp8", "bf16"}, "--fp8: expected fp8e4m3, fp8e5m2"}}) do
+        {{"--op", "rmsnorm.fwd", "--fp8", "bf16"}, "--fp8: unknown 'bf16' (expected: fp8e4m3, fp8e5m2)"}}) do
       local rc, _, err = run({"--device", "cpu", "experiments/dispatch_sweep.lua", unpack_(case[1])})
       assert.are.equal(1, rc, case[2])
       assert.truthy(err:find(case[2], 1, true), err)

@@ -32,6 +32,9 @@ cli.MODES = {"rotate", "flush", "hot"}
 cli.OPS = {"rmsnorm", "layernorm", "add_rmsnorm", "transpose"}
 cli.PASSES = {"fwd", "bwd"}
 cli.VECTOR_KINDS = {"fp32", "x", "none"}
+cli.FP8 = {"fp8e4m3", "fp8e5m2"}
+cli.SCALINGS = {"delayed", "current"}
+cli.TRANSPOSES = {"default", "strided", "external", "fused_tiled", "chunked"}
 -- The ops with a bias (the others refuse --bias other than none), and the op without a weight
 -- (--weight does not apply to it) and without a backward pass.
 local HAS_BIAS = {layernorm = true}
@@ -279,16 +282,10 @@ end
 -- alone. Returns p.
 function cli.fp8_options(p, opts)
   opts = opts or {}
-  local function one_of(flag, allowed)
-    return function(s)
-      if member(allowed, s) then return s end
-      return nil, format("%s: expected %s, got '%s'", flag, concat(allowed, ", "), s)
-    end
-  end
   local fp8 = p:option("--fp8", "y in this fp8 dtype, with its amax: fp8e4m3 or fp8e5m2.")
-    :argname("<dtype>"):convert(one_of("--fp8", {"fp8e4m3", "fp8e5m2"}))
+    :argname("<dtype>"):convert(converter(one_of(cli.FP8), "--fp8"))
   local scaling = p:option("--scaling", "The fp8 scaling: delayed (a given scale) or current.")
-    :argname("<how>"):convert(one_of("--scaling", {"delayed", "current"}))
+    :argname("<how>"):convert(converter(one_of(cli.SCALINGS), "--scaling"))
   if opts.fp8 then
     fp8:default(opts.fp8)
     scaling:default("delayed")
@@ -296,7 +293,7 @@ function cli.fp8_options(p, opts)
   if opts.transpose then
     p:option("--transpose", "With --fp8, the transposed fp8 copy yt, written this way: default, "
       .. "strided, external, fused_tiled or chunked."):argname("<way>")
-      :convert(one_of("--transpose", {"default", "strided", "external", "fused_tiled", "chunked"}))
+      :convert(converter(one_of(cli.TRANSPOSES), "--transpose"))
   end
   return p
 end
