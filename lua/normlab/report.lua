@@ -283,7 +283,7 @@ local function header(self, what)
   local sw = m.sweep or {}
   if sw.out_dtype then
     what = format("%s, y in %s (%s scaling%s)", what, tostring(sw.out_dtype),
-      tostring(sw.scaling or "delayed"), sw.transpose and ", yt " .. tostring(sw.transpose) or "")
+      tostring(sw.scaling), sw.transpose and ", yt " .. tostring(sw.transpose) or "")
   end
   local out = {format("%s on %s", what, concat(devices, ", "))}
   out[2] = format("roofline %s (device-to-device copy), mode %s, %s%s",
