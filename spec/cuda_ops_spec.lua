@@ -502,14 +502,16 @@ describe("CUDA ops #cuda", function()
   -- The one-row forward kernels with the row's threads compiled in (rmsnorm.fwd.fixed_lanes_max,
   -- 4 to 32 lanes, up to 4 16-byte packs a thread, y in x's dtype, the weight read after the
   -- reduction): run info names the instance (its last template argument, 0 for the general
-  -- kernel), and y, rstd, the mean and residual_out are the general kernel's bits. The grid
-  -- above runs them against the reference.
+  -- kernel), and y, rstd, the mean and residual_out are the general kernel's bits (LayerNorm's
+  -- instances at up to 2 packs hold the row as fp32: process_ln_held). The grid above runs
+  -- them against the reference.
   it_cuda("lanes compiled in: the general kernel's bits, the instance named in run info", function()
     local function lanes_of(info)
       return tonumber(info.kernel:match("^fwd_one<.*, (%d+)>$"))
     end
     local seen = {}
-    for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "fp32", offset = LN_OFFSET}}) do
+    for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "fp32", offset = LN_OFFSET},
+      {op = "layernorm", weight = "x", bias = "x"}}) do
       for _, dtype in ipairs({"bf16", "fp16", "fp32"}) do
         for _, s in ipairs({{1, 64}, {7, 256}, {4099, 32}, {4099, 128}, {199, 512}, {37, 1024}, {33, 96}}) do
           local p = problem(s[1], s[2], dtype, o)
