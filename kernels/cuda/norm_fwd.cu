@@ -346,7 +346,8 @@ __device__ __forceinline__ Stats ln_stats(const FwdArgs &a, Each each, int G, fl
 
 /* The thread's elements of a row held in packs, as ln_stats visits them: converted again in
  * each pass, since the row held as fp32 across the reductions takes twice the registers (a
- * resident CTA fewer per SM on wide rows; docs/kernels.md). */
+ * resident CTA fewer per SM on wide rows; docs/kernels.md); rows of a warp or less at up to 2
+ * packs a thread hold it as fp32 (process_ln_held). */
 template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ auto held(const Pack<T, VEC> (&xv)[ITEMS], bool active, int lane, int G, int nvec)
 {
