@@ -649,8 +649,8 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
  * packs a thread, y of x's dtype: the packs converted to fp32 once and held, each value pinned
  * (ptxas would otherwise convert the packs again in each pass), and x - mean kept from the
  * variance pass for the epilogue: three instructions an element fewer for at most 16 more
- * registers. Small rows are where LayerNorm issues the most per byte (on the H200 ncu had
- * its small-row kernel issuing on 80% of cycles). The same sums in the same order as
+ * registers, where LayerNorm's rows are short enough to be issue-bound (docs/kernels.md, "The
+ * row held as fp32 where a warp or less holds it"). The same sums in the same order as
  * ln_stats' shuffles, so the same bits as process. */
 template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, Out::PLAIN> &e, int64_t row,
