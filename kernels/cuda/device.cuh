@@ -247,12 +247,13 @@ __device__ __forceinline__ void store_u16_if(void *p, unsigned short u, bool ok)
                ::"l"(p), "h"(u), "r"((int)ok) : "memory");
 }
 
-/* The packs of one row that a thread of a G-thread group holds: v = lane + i*G. */
-template <typename T, int VEC, int ITEMS, bool STREAM = true>
+/* The packs of one row that a thread of a G-thread group holds: v = lane + i*G, streamed
+ * (evict-first: a row is read once). */
+template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void load_row(const void *base, int64_t row, int64_t stride, int lane,
                                          int G, int nvec, Pack<T, VEC> (&out)[ITEMS])
 {
-  if constexpr (VEC == 1 && sizeof(T) == 2 && STREAM) {
+  if constexpr (VEC == 1 && sizeof(T) == 2) {
     const T *p = static_cast<const T *>(base) + row * stride + lane;
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
@@ -261,7 +262,7 @@ __device__ __forceinline__ void load_row(const void *base, int64_t row, int64_t 
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
       if (lane + i * G < nvec)
-        out[i] = load<T, VEC, STREAM>(base, row, stride, lane + i * G);
+        out[i] = load<T, VEC>(base, row, stride, lane + i * G);
   }
 }
 

@@ -477,13 +477,13 @@ template <typename T, int VEC, Norm NORM> struct SkewAffine {
   __device__ __forceinline__ bool plain() const { return w.plain() && b.plain(); }
 };
 
-template <typename T, int VEC, int ITEMS, bool RES, bool STREAM>
+template <typename T, int VEC, int ITEMS, bool RES>
 __device__ __forceinline__ void load_in(const FwdArgs &a, int64_t row, int lane, int G, int nvec,
                                         Pack<T, VEC> (&xv)[ITEMS], Pack<T, VEC> (&rv)[ITEMS])
 {
-  load_row<T, VEC, ITEMS, STREAM>(a.x, row, a.sx, lane, G, nvec, xv);
+  load_row<T, VEC, ITEMS>(a.x, row, a.sx, lane, G, nvec, xv);
   if (RES)
-    load_row<T, VEC, ITEMS, STREAM>(a.res, row, a.sres, lane, G, nvec, rv);
+    load_row<T, VEC, ITEMS>(a.res, row, a.sres, lane, G, nvec, rv);
 }
 
 /* add_rmsnorm's h = round(x + res), a pack at a time. */
@@ -726,8 +726,9 @@ template <typename O> __device__ __forceinline__ void chunk_tile(const FwdArgs &
  * bias) is read after the reduction, from L1 (the CTAs of an SM share it; x streams past it),
  * or with EARLY (Hold::EARLY_W, RMSNorm only: add_rmsnorm's residual packs leave no registers
  * for it, and LayerNorm measured no faster with its weight and bias held) together with x,
- * its latency hidden behind x's, and held in registers across the reduction; x then loads
- * with the default policy, which measured faster there. Outputs other than PLAIN hold the
+ * its latency hidden behind x's, and held in registers across the reduction. x (and the
+ * residual) load evict-first with either hold: the default policy lost at small N on the H200,
+ * up to 10% with the early weight (docs/kernels.md, "Cache policies"). Outputs other than PLAIN hold the
  * weight as X does. LANES > 0: the group's size compiled in (rows of a warp or less), which
  * takes the prologue from 54 PTX instructions before x's load to 32 and leaves no branch on
  * the group's size; small rows are where that prologue is a row's cost. */
@@ -755,7 +756,7 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
   int parity = 0;
   Pack<T, VEC> xv[ITEMS], rv[ITEMS];
   if (active)
-    load_in<T, VEC, ITEMS, RES, !EARLY>(a, row, lane, G, nvec, xv, rv);
+    load_in<T, VEC, ITEMS, RES>(a, row, lane, G, nvec, xv, rv);
   Affine<T, VEC, ITEMS, NORM> wt(a, lane, G, nvec, EARLY && active);
   if constexpr (NORM == Norm::LN && LANES > 0 && ITEMS <= 2 && OUT == Out::PLAIN)
     process_ln_held<T, VEC, ITEMS>(a, e, row, active, lane, G, nvec, xv, wt);
