@@ -727,11 +727,11 @@ template <typename O> __device__ __forceinline__ void chunk_tile(const FwdArgs &
  * or with EARLY (Hold::EARLY_W, RMSNorm only: add_rmsnorm's residual packs leave no registers
  * for it, and LayerNorm measured no faster with its weight and bias held) together with x,
  * its latency hidden behind x's, and held in registers across the reduction. x (and the
- * residual) load evict-first with either hold: the default policy lost at small N on the H200,
- * up to 10% with the early weight (docs/kernels.md, "Cache policies"). Outputs other than PLAIN hold the
- * weight as X does. LANES > 0: the group's size compiled in (rows of a warp or less), which
- * takes the prologue from 54 PTX instructions before x's load to 32 and leaves no branch on
- * the group's size; small rows are where that prologue is a row's cost. */
+ * residual) load evict-first with either hold: the default policy lost at small N on the
+ * H200, up to 10% with the early weight (docs/kernels.md, "Cache policies"). Outputs other
+ * than PLAIN hold the weight as X does. LANES > 0: the group's size compiled in (rows of a
+ * warp or less), which takes the prologue from 54 PTX instructions before x's load to 32 and
+ * leaves no branch on the group's size; small rows are where that prologue is a row's cost. */
 template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT, int LANES = 0>
 __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
                                   (one_limits<T, VEC, RES, EARLY, OUT>()).ctas_at(ITEMS, VEC * sizeof(T)))
