@@ -96,6 +96,10 @@ for step in $steps; do
       run tune_fwd_blockrow "${tune[@]}" --op rmsnorm.fwd --variants blockrow --M 4096 --N 1024,2048 \
         --set rmsnorm.fwd.early_weight_max_n=0,4096 --set rmsnorm.fwd.blockrow_block=64,128,256,512 \
         --markdown "$OUT/tune_fwd_blockrow.md"
+      # the early weight at small N, since its kernel streams x (session 44; the H100's 0 was
+      # measured when it loaded x at the default policy)
+      run tune_fwd_early_small "${tune[@]}" --op rmsnorm.fwd --variants blockrow,auto --M 4096,16384,32768,65536 \
+        --N 64,128,256,512,768 --set rmsnorm.fwd.early_weight_max_n=0,4096 --markdown "$OUT/tune_fwd_early_small.md"
       run tune_pdl "${tune[@]}" --op rmsnorm.fwd --variants auto --M 4096 --N 1024..16384 \
         --set cuda.pdl=0,1 --markdown "$OUT/tune_pdl.md"
       run tune_fwd_reload "${tune[@]}" --op rmsnorm.fwd --variants row --M 4096,32768 --N 2048..16384 \
