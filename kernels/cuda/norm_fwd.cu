@@ -651,7 +651,8 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
  * variance pass for the epilogue: three instructions an element fewer for at most 16 more
  * registers, where LayerNorm's rows are short enough to be issue-bound (docs/kernels.md, "The
  * row held as fp32 where a warp or less holds it"). The same sums in the same order as
- * ln_stats' shuffles, so the same bits as process. */
+ * ln_stats' shuffles, so the same bits as process; written out rather than as ln_stats_by over
+ * the held values, which ptxas compiles 4-11 SASS instructions longer (x - mean not shared). */
 template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, Out::PLAIN> &e, int64_t row,
                                                 bool active, int lane, int G, int nvec,
