@@ -532,8 +532,11 @@ __device__ __forceinline__ void add_square(const FwdArgs &a, int64_t row, int v,
  * the address cost about a quarter more instructions per row. Any other output (e: fp8,
  * strided yt) takes the fp32 values before the final rounding, the packed multiply's
  * unrounded product; the epilogue e stores them. The stored pack also goes to tap (the slab
- * kernel's tile). wt: an Affine, or the skewed kernel's SkewAffine (the same members). */
-template <bool STREAM, Norm NORM, typename T, int VEC, typename A, Out OUT, typename Tap = NoTap>
+ * kernel's tile). wt: an Affine, or the skewed kernel's SkewAffine (the same members).
+ * PLAIN_WB: the caller has found LayerNorm's weight and bias plain once for the row, so no
+ * pack tests it again. */
+template <bool STREAM, Norm NORM, bool PLAIN_WB = false, typename T, int VEC, typename A, Out OUT,
+          typename Tap = NoTap>
 __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
                                         Pack<typename Epi<T, OUT>::O, VEC> *y, int64_t row, int v,
                                         float (&f)[VEC], const Stats &st, const A &wt, int i, Tap tap = {})
@@ -541,7 +544,7 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
   float W[VEC];
   if constexpr (NORM == Norm::LN) {
     float B[VEC];
-    if (wt.plain()) {
+    if (PLAIN_WB || wt.plain()) {
       wt.w.plain_raw(v, W);
       wt.b.plain_raw(v, B);
     } else {
@@ -652,7 +655,9 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
  * registers, where LayerNorm's rows are short enough to be issue-bound (docs/kernels.md, "The
  * row held as fp32 where a warp or less holds it"). The same sums in the same order as
  * ln_stats' shuffles, so the same bits as process; written out rather than as ln_stats_by over
- * the held values, which ptxas compiles 4-11 SASS instructions longer (x - mean not shared). */
+ * the held values, which ptxas compiles 4-11 SASS instructions longer (x - mean not shared).
+ * The weight and bias kind is tested once a row: the epilogue is compiled for plain ones
+ * apart (a sixth fewer instructions after the stats, where every instruction is a row's cost). */
 template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, Out::PLAIN> &e, int64_t row,
                                                 bool active, int lane, int G, int nvec,
@@ -690,12 +695,18 @@ __device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, Out::PL
   if (lane == 0)
     put_stats<Norm::LN>(a, row, st, true);
   auto *y = row_packs<T, VEC>(a.y, row, a.sy);
+  auto epilogue = [&](auto plain) {
 #pragma unroll
-  for (int i = 0; i < ITEMS; i++) {
-    const int v = lane + i * G;
-    if (v < nvec)
-      store_y<true, Norm::LN>(a, e, y, row, v, f[i], st, wt, i);
-  }
+    for (int i = 0; i < ITEMS; i++) {
+      const int v = lane + i * G;
+      if (v < nvec)
+        store_y<true, Norm::LN, decltype(plain)::value>(a, e, y, row, v, f[i], st, wt, i);
+    }
+  };
+  if (wt.plain())
+    epilogue(std::true_type{});
+  else
+    epilogue(std::false_type{});
 }
 
 /* The chunked transposed copy (nlk TRANSPOSE_CHUNKED): a forward in chunks of rows, launch c
