@@ -28,8 +28,8 @@ typedef struct nl_knobs {
   int32_t pdl;
   /* the CUDA auto resolvers' thresholds */
   struct {
-    int64_t blockrow_max_n, blockrow_min_m, blockrow_max_m, row_min_n, narrow_min_m, staged_min_n;
-    int64_t persistent_max_m, persistent_min_n;
+    int64_t blockrow_max_n, blockrow_min_m, blockrow_max_m, row_min_n, many_row_min_n, narrow_min_m;
+    int64_t staged_min_n, persistent_max_m, persistent_min_n;
   } rms_fwd;
   /* LayerNorm's twins of rms_fwd's, where its best value differs */
   struct {

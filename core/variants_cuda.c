@@ -39,7 +39,9 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
  * hundred it leaves the SMs idle); then persistent for up to persistent_max_m rows from
  * persistent_min_n columns below staged_min_n (a few wide rows, where it led row on an H100
  * and an H200; wider rows that staged cannot hold take row's looping kernel), row
- * otherwise. LayerNorm takes its own narrow_min_m, row_min_n (from blockrow_min_m rows) and
+ * otherwise. From blockrow_min_m rows RMSNorm takes many_row_min_n for row_min_n (with many
+ * rows blockrow keeps its lead to a wider row). LayerNorm takes its own narrow_min_m, row_min_n
+ * (from blockrow_min_m rows) and
  * persistent_max_m (layernorm.fwd.*: its two passes make the row kernel issue-bound sooner
  * with many rows, and its persistent kernel lost the few wide rows to row), and, y in x's
  * dtype, staged where row's CTAs need at least layernorm.fwd.staged_min_waves waves (staged
@@ -53,8 +55,10 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
   const int ln = k->op == NLK_LAYERNORM, add = k->op == NLK_ADD_RMSNORM;
-  const int64_t row_min_n =
-      ln && k->M >= kn->rms_fwd.blockrow_min_m ? kn->ln_fwd.row_min_n : kn->rms_fwd.row_min_n;
+  const int64_t row_min_n = k->M < kn->rms_fwd.blockrow_min_m ? kn->rms_fwd.row_min_n
+                            : ln                                ? kn->ln_fwd.row_min_n
+                            : add                               ? kn->rms_fwd.row_min_n
+                                                                : kn->rms_fwd.many_row_min_n;
   const int64_t narrow_min_m = ln    ? kn->ln_fwd.narrow_min_m
                                : add ? kn->add_fwd.narrow_min_m
                                      : kn->rms_fwd.narrow_min_m;

@@ -1137,10 +1137,18 @@ describe("CUDA ops #cuda", function()
     local narrow = {["rmsnorm.fwd.blockrow_max_n"] = 1024, ["rmsnorm.fwd.blockrow_max_m"] = 63,
       ["rmsnorm.fwd.blockrow_min_m"] = 64, ["rmsnorm.fwd.narrow_min_m"] = 64,
       ["layernorm.fwd.narrow_min_m"] = 64, ["layernorm.fwd.staged_min_waves"] = 0,
-      ["layernorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.row_min_n"] = 1024}
+      ["layernorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.row_min_n"] = 1024,
+      ["rmsnorm.fwd.many_row_min_n"] = 1024}
     with_settings(narrow, function()
       assert.are.equal("layernorm.fwd.blockrow", nl.resolve("layernorm.fwd.auto", ln))
       assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+      -- RMSNorm's own from blockrow_min_m rows, row_min_n below them
+      with_settings({["rmsnorm.fwd.many_row_min_n"] = 1025}, function()
+        assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", args))
+        with_settings({["rmsnorm.fwd.blockrow_min_m"] = 65}, function()
+          assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+        end)
+      end)
       with_settings({["layernorm.fwd.narrow_min_m"] = 65}, function()
         assert.are.equal("layernorm.fwd.row", nl.resolve("layernorm.fwd.auto", ln))
       end)
@@ -1154,13 +1162,18 @@ describe("CUDA ops #cuda", function()
     local add = {x = x, y = y, residual = res, residual_out = ro, eps = 1e-6}
     local add_narrow = {["rmsnorm.fwd.blockrow_max_n"] = 1024, ["add_rmsnorm.fwd.blockrow_max_n"] = 1024,
       ["rmsnorm.fwd.blockrow_max_m"] = 63, ["rmsnorm.fwd.blockrow_min_m"] = 64,
-      ["rmsnorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.narrow_min_m"] = 64,
-      ["add_rmsnorm.fwd.narrow_min_m"] = 65}
+      ["rmsnorm.fwd.row_min_n"] = 1025, ["rmsnorm.fwd.many_row_min_n"] = 1025,
+      ["rmsnorm.fwd.narrow_min_m"] = 64, ["add_rmsnorm.fwd.narrow_min_m"] = 65}
     with_settings(add_narrow, function()
       assert.are.equal("add_rmsnorm.fwd.row", nl.resolve("add_rmsnorm.fwd.auto", add))
       assert.are.equal("rmsnorm.fwd.blockrow", nl.resolve("rmsnorm.fwd.auto", args))
       with_settings({["add_rmsnorm.fwd.narrow_min_m"] = 64}, function()
         assert.are.equal("add_rmsnorm.fwd.blockrow", nl.resolve("add_rmsnorm.fwd.auto", add))
+        -- RMSNorm's twin of row_min_n is RMSNorm's alone
+        with_settings({["rmsnorm.fwd.many_row_min_n"] = 1024}, function()
+          assert.are.equal("add_rmsnorm.fwd.blockrow", nl.resolve("add_rmsnorm.fwd.auto", add))
+          assert.are.equal("rmsnorm.fwd.row", nl.resolve("rmsnorm.fwd.auto", args))
+        end)
       end)
     end)
     with_settings({["rmsnorm.fwd.blockrow_max_n"] = 1024, ["add_rmsnorm.fwd.blockrow_max_n"] = 512,
