@@ -499,6 +499,51 @@ describe("CUDA ops #cuda", function()
     end
   end)
 
+  -- blockrow's packs doubled the same way (rmsnorm.fwd.blockrow_wave_doublings): half the
+  -- threads a row and twice the rows a CTA, so half the CTAs, where that fits them in one wave;
+  -- against ref either way. 7 rows are one wave at any layout. On a GPU of 132 SMs (H100,
+  -- H200) 32768 rows of 128 bf16 columns at 2 packs (the early weight's kernel, 64-thread CTAs)
+  -- are 4096 CTAs, more than the 25 an SM holds at its 40 registers, and 2048 at 4 packs fit.
+  it_cuda("blockrow's packs doubled where that fits one wave (blockrow_wave_doublings), against ref", function()
+    local function items_of(info)
+      return tonumber(info.kernel:match("^fwd_%a+<[^,]+, %d+, (%d+)"))
+    end
+    local sms132 = cuda.info.name:match("H[12]00") ~= nil
+    for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "x"}}) do
+      for _, dtype in ipairs({"bf16", "fp32"}) do
+        for _, s in ipairs({{7, 64}, {32768, 128}, {16384, 256}, {65537, 64}}) do
+          local p = problem(s[1], s[2], dtype, o)
+          reference(p)
+          local items, grid = {}, {}
+          for _, on in ipairs({0, 1}) do
+            with_settings({["rmsnorm.fwd.blockrow_wave_doublings"] = on, ["rmsnorm.fwd.blockrow_items"] = 2,
+              ["rmsnorm.fwd.blockrow_group"] = 0, ["rmsnorm.fwd.blockrow_block"] = 64,
+              ["rmsnorm.fwd.early_weight_max_n"] = 4096}, function()
+              assert.is_true(check_fwd(p, "blockrow"))
+              local a = poisoned_fwd_args(p)
+              local info = nl.run(p.op .. ".fwd.blockrow", a)
+              items[on], grid[on] = items_of(info), info.grid
+              free(a.y, a.rstd, a.mean, a.residual_out)
+            end)
+          end
+          local what = label(p, "blockrow", "fwd") .. ": " .. items[0] .. " -> " .. items[1] .. " packs"
+          if items[1] == items[0] then
+            assert(grid[1] == grid[0], what)
+          else
+            assert(items[1] == 2 * items[0] and grid[1] == math.floor((grid[0] + 1) / 2), what)
+          end
+          if p.M == 7 then
+            assert(items[1] == items[0], what)
+          end
+          if p.M == 32768 and dtype == "bf16" and p.op == "rmsnorm" and not p.add and sms132 then
+            assert(items[0] == 2 and items[1] == 4, what)
+          end
+          release(p)
+        end
+      end
+    end
+  end)
+
   -- The one-row forward kernels with the row's threads compiled in (rmsnorm.fwd.fixed_lanes_max,
   -- 4 to 32 lanes, up to 4 16-byte packs a thread, y in x's dtype, the weight read after the
   -- reduction): run info names the instance (its last template argument, 0 for the general

@@ -1495,20 +1495,27 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
   if (!p->kernel || allow_smem(k, p->kernel, p->smem) != cudaSuccess)
     return false;
   /* a CTA per row lives about two memory round trips, so a grid of a few waves takes as many
-   * lifetimes as it has waves, the last one part-filled: where M CTAs need more than one wave
+   * lifetimes as it has waves, the last one part-filled: where the CTAs need more than one wave
    * at the wanted packs, take the fewest doublings of them (fewer threads a row, more CTAs
-   * resident), up to rmsnorm.fwd.one_wave_doublings, that fit one wave, if any, in CTAs of
-   * one_wave_min_block threads at least (one-warp CTAs lost even in one wave) */
-  auto wave = [k](const void *kernel, int block) { return (int64_t)k->sm_count * occupancy(k, kernel, block, 0); };
-  if (rows == Rows::CTA && k->fwd.one_wave_doublings > 0 && k->M > wave(p->kernel, p->c.block)) {
+   * resident; blockrow: also more rows a CTA, so fewer CTAs), up to
+   * rmsnorm.fwd.one_wave_doublings (row) or blockrow_wave_doublings, that fit one wave, if any,
+   * in CTAs of one_wave_min_block threads at least (one-warp CTAs lost even in one wave) */
+  const int doublings = rows == Rows::CTA    ? k->fwd.one_wave_doublings
+                        : rows == Rows::WARP ? k->fwd.blockrow_wave_doublings
+                                             : 0;
+  auto fits_wave = [k](const void *kernel, const RowCfg &c) {
+    const int64_t per_cta = rows_per_cta(c);
+    return (k->M + per_cta - 1) / per_cta <= (int64_t)k->sm_count * occupancy(k, kernel, c.block, 0);
+  };
+  if (doublings > 0 && !fits_wave(p->kernel, p->c)) {
     RowCfg c = p->c;
-    for (int d = 0; d < k->fwd.one_wave_doublings && c.items < MAX_ITEMS; d++) {
+    for (int d = 0; d < doublings && c.items < MAX_ITEMS; d++) {
       const int before = c.items;
       c = row_cfg(k, k->N, elt, rows, FWD_LIMITS, Want{before * 2, want.block, want.warp_block}, SmemCost{0, 0, 0});
       const void *kernel = c.items > before && c.block >= k->fwd.one_wave_min_block ? kernel_for(c) : NULL;
       if (!kernel)
         break;
-      if (k->M <= wave(kernel, c.block)) {
+      if (fits_wave(kernel, c)) {
         p->c = c;
         p->kernel = kernel;
         break;
