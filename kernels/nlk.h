@@ -53,6 +53,7 @@ typedef struct nlk_fwd_tune {
   int32_t one_wave_doublings; /* row: packs doubled up to this many times to fit M CTAs in one wave */
   int32_t one_wave_min_block; /* row, blockrow: those doublings stop before CTAs of fewer threads */
   int32_t blockrow_wave_doublings; /* blockrow: the same doublings, to fit its M / rows-a-CTA CTAs in one wave */
+  int32_t blockrow_wave_min_group; /* blockrow: those doublings stop before rows of fewer threads */
   int64_t early_weight_max_n; /* one-row kernels: the weight loaded with x up to this N */
   int64_t reload_min_n;       /* one-row kernels: x read twice from this N (0: never) */
   int64_t reload_min_m;       /* ... and from this M */

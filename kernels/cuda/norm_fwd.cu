@@ -1499,7 +1499,9 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
    * at the wanted packs, take the fewest doublings of them (fewer threads a row, more CTAs
    * resident; blockrow: also more rows a CTA, so fewer CTAs), up to
    * rmsnorm.fwd.one_wave_doublings (row) or blockrow_wave_doublings, that fit one wave, if any,
-   * in CTAs of one_wave_min_block threads at least (one-warp CTAs lost even in one wave) */
+   * in CTAs of one_wave_min_block threads at least (one-warp CTAs lost even in one wave) and,
+   * blockrow, rows of blockrow_wave_min_group threads at least (two threads a row, 32 bytes
+   * of it a load, lost even in one wave) */
   const int doublings = rows == Rows::CTA    ? k->fwd.one_wave_doublings
                         : rows == Rows::WARP ? k->fwd.blockrow_wave_doublings
                                              : 0;
@@ -1512,7 +1514,8 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
     for (int d = 0; d < doublings && c.items < MAX_ITEMS; d++) {
       const int before = c.items;
       c = row_cfg(k, k->N, elt, rows, FWD_LIMITS, Want{before * 2, want.block, want.warp_block}, SmemCost{0, 0, 0});
-      const void *kernel = c.items > before && c.block >= k->fwd.one_wave_min_block ? kernel_for(c) : NULL;
+      const bool lanes = rows != Rows::WARP || c.group >= k->fwd.blockrow_wave_min_group;
+      const void *kernel = c.items > before && c.block >= k->fwd.one_wave_min_block && lanes ? kernel_for(c) : NULL;
       if (!kernel)
         break;
       if (fits_wave(kernel, c)) {
