@@ -113,6 +113,13 @@ for step in $steps; do
         run tune_fwd_blockrow_block_$op "${tune[@]}" --op $op.fwd --variants blockrow --M 4096,16384,32768,65536 \
           --N 256,512,1024 --set rmsnorm.fwd.blockrow_block=32,64,128,256 --markdown "$OUT/tune_fwd_blockrow_block_$op.md"
       done
+      # blockrow's one-wave doubling by op (the H200 took 1 in session 45; the H100 keeps 0
+      # until this runs there)
+      for op in rmsnorm layernorm add_rmsnorm; do
+        run tune_fwd_blockrow_wave_$op "${tune[@]}" --op $op.fwd --variants blockrow --M 4096,16384,32768,65536 \
+          --N 64,128,256,512,768,1024 --set rmsnorm.fwd.blockrow_wave_doublings=0,1,2 \
+          --markdown "$OUT/tune_fwd_blockrow_wave_$op.md"
+      done
       # LayerNorm's compiled-lanes rows (held as fp32 up to 2 packs: process_ln_held) against
       # the general kernel, both pack counts (session 43 measured it on the H200 only)
       run tune_fwd_ln_lanes "${tune[@]}" --op layernorm.fwd --variants blockrow --M 4096,32768,65536 \
