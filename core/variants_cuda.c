@@ -40,13 +40,12 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
  * persistent_min_n columns below staged_min_n (a few wide rows, where it led row on an H100
  * and an H200; wider rows that staged cannot hold take row's looping kernel), row
  * otherwise. From blockrow_min_m rows RMSNorm takes many_row_min_n for row_min_n (with many
- * rows blockrow keeps its lead to a wider row). LayerNorm takes its own narrow_min_m, row_min_n
- * (from blockrow_min_m rows) and
- * persistent_max_m (layernorm.fwd.*: its two passes make the row kernel issue-bound sooner
- * with many rows, and its persistent kernel lost the few wide rows to row), and, y in x's
- * dtype, staged where row's CTAs need at least layernorm.fwd.staged_min_waves waves (staged
- * holds no row in registers: more rows in flight per SM, which only a grid of several waves
- * uses). add_rmsnorm takes its own blockrow_max_n and narrow_min_m (add_rmsnorm.fwd.*: the
+ * rows blockrow keeps its lead to a wider row). LayerNorm takes its own narrow_min_m,
+ * row_min_n (from blockrow_min_m rows) and persistent_max_m (layernorm.fwd.*: its two passes
+ * make the row kernel issue-bound sooner with many rows, and its persistent kernel lost the
+ * few wide rows to row), and, y in x's dtype, staged where row's CTAs need at least
+ * layernorm.fwd.staged_min_waves waves (staged holds no row in registers: more rows in
+ * flight per SM, which only a grid of several waves uses). add_rmsnorm takes its own blockrow_max_n and narrow_min_m (add_rmsnorm.fwd.*: the
  * residual's packs), and for a y in x's dtype staged instead of row where row's CTAs need
  * more than one wave and at most add_rmsnorm.fwd.staged_max_waves while staged's fit one
  * (the residual's registers leave row's one-wave doublings short there, and a CTA per row
