@@ -1295,7 +1295,7 @@ bool fit(const nlk_norm *k, Strategy s, Candidate cand, BwdPlan *p)
     }
   }
   /* row groups: each a CTA's rows, or a cluster's when it shares them */
-  const int64_t groups = (k->M + per_cta - 1) / per_cta, per_group = p->share ? share : 1;
+  const int64_t groups = ctas_of(k->M, p->c), per_group = p->share ? share : 1;
   int64_t grid = groups * per_group;
   /* grid_sms trims the grid (an H100's unshared kernels run each row faster on 128 SMs than
    * on 132); rows shared by a cluster measured slower with fewer clusters, and keep every SM */

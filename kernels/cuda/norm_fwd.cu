@@ -1506,8 +1506,7 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
                         : rows == Rows::WARP ? k->fwd.blockrow_wave_doublings
                                              : 0;
   auto fits_wave = [k](const void *kernel, const RowCfg &c) {
-    const int64_t per_cta = rows_per_cta(c);
-    return (k->M + per_cta - 1) / per_cta <= (int64_t)k->sm_count * occupancy(k, kernel, c.block, 0);
+    return ctas_of(k->M, c) <= (int64_t)k->sm_count * occupancy(k, kernel, c.block, 0);
   };
   if (doublings > 0 && !fits_wave(p->kernel, p->c)) {
     RowCfg c = p->c;
@@ -1536,7 +1535,7 @@ int64_t grid_of(const nlk_norm *k, const FwdPlan &p)
 {
   if (p.rows == Rows::SLAB)
     return (k->M + p.slab_rows - 1) / p.slab_rows * p.cluster;
-  const int64_t per_cta = rows_per_cta(p.c), groups = (k->M + per_cta - 1) / per_cta;
+  const int64_t groups = ctas_of(k->M, p.c);
   if (p.rows != Rows::STRIDE && p.rows != Rows::LOOP)
     return groups;
   const int want = p.rows == Rows::STRIDE ? k->fwd.ctas_per_sm : k->fwd.loop_ctas_per_sm;
@@ -1581,7 +1580,7 @@ int64_t chunk_rows(const nlk_norm *k)
  * are programmatic dependents of the one before. */
 template <typename T> int run_chunked(nlk_norm *k, const FwdPlan &p, const FwdArgs &a0, FwdOut o)
 {
-  const int64_t S = chunk_rows(k), chunks = (k->M + S - 1) / S, per_cta = rows_per_cta(p.c);
+  const int64_t S = chunk_rows(k), chunks = (k->M + S - 1) / S;
   const int tile_n = chunk_tile_n(k);
   const int64_t tiles_n = (k->N + tile_n - 1) / tile_n;
   const size_t smem = (size_t)k->tr.tile_m * tile_n; /* a tile of fp8 y */
@@ -1596,7 +1595,7 @@ template <typename T> int run_chunked(nlk_norm *k, const FwdPlan &p, const FwdAr
   o.tile_vec = aligned16(k->y, k->M > 1 ? k->sy : 0, 1) && aligned16(k->yt, k->syt, 1);
   o.tile_m = (int16_t)k->tr.tile_m;
   o.tile_n = (int16_t)tile_n;
-  k->grid = (int32_t)((rows_of(0) + per_cta - 1) / per_cta + (S + o.tile_m - 1) / o.tile_m * tiles_n);
+  k->grid = (int32_t)(ctas_of(rows_of(0), p.c) + (S + o.tile_m - 1) / o.tile_m * tiles_n);
   k->resident = occupancy(k, p.kernel, p.c.block, smem);
   for (int64_t c = 0; c <= chunks; c++) {
     const int64_t r0 = c * S, rows = rows_of(c), prev = c > 0 ? rows_of(c - 1) : 0;
@@ -1609,7 +1608,7 @@ template <typename T> int run_chunked(nlk_norm *k, const FwdPlan &p, const FwdAr
     a.res_out = at(a0.res_out, r0, k->sres_out, sizeof(T));
     a.M = rows;
     a.pdl = c == 0 && a0.pdl;
-    o.row_ctas = (int32_t)((rows + per_cta - 1) / per_cta);
+    o.row_ctas = (int32_t)ctas_of(rows, p.c);
     o.tile_rows = (int32_t)prev;
     o.tile_y = c > 0 ? at(k->y, r0 - S, k->sy, 1) : NULL;
     o.tile_yt = c > 0 ? at(k->yt, r0 - S, 1, 1) : NULL;

@@ -102,6 +102,12 @@ struct RowCfg {
 };
 
 __host__ inline int rows_per_cta(const RowCfg &c) { return c.block / c.group; }
+/* The CTAs that hold `rows` rows in layout c, the last one part-filled. */
+__host__ inline int64_t ctas_of(int64_t rows, const RowCfg &c)
+{
+  const int64_t per_cta = rows_per_cta(c);
+  return (rows + per_cta - 1) / per_cta;
+}
 
 /* What a pass's settings ask of a layout (nlk_fwd_tune / nlk_bwd_tune): packs per thread to
  * aim for, the preferred CTA size of GROUPS and STRIDE, the CTA size of WARP, and whether a
