@@ -612,13 +612,49 @@ __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool a
   }
 }
 
+/* A row's outputs once its statistics are known: rstd (and LayerNorm's mean) from the group's
+ * first thread, then y for each of the thread's packs from its values (values(i, f)). ONCE
+ * (rows of a warp or less, compiled lanes): a LayerNorm weight and bias of x's dtype are
+ * found plain once a row and the packs' epilogue compiled apart for them (store_y's
+ * PLAIN_WB), where per pack the test and both paths were a sixth of the held row's
+ * instructions after the stats. Wider rows keep the test per pack: the second path cost them
+ * registers (ITEMS 8: 64 -> 72) and row's occupancy (docs/kernels.md). */
+template <Norm NORM, int ITEMS, bool ONCE, typename T, int VEC, typename A, Out OUT, typename Values>
+__device__ __forceinline__ void put_row(const FwdArgs &a, Epi<T, OUT> &e, int64_t row, int lane, int G,
+                                        int nvec, const Stats &st, A &wt, Values values)
+{
+  wt.refresh();
+  if (lane == 0)
+    put_stats<NORM>(a, row, st, e.stores());
+  auto *y = row_packs<typename Epi<T, OUT>::O, VEC>(a.y, row, a.sy);
+  auto packs = [&](auto plain) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++) {
+      const int v = lane + i * G;
+      if (v < nvec) {
+        float f[VEC];
+        values(i, f);
+        store_y<true, NORM, decltype(plain)::value>(a, e, y, row, v, f, st, wt, i);
+      }
+    }
+  };
+  if constexpr (NORM == Norm::LN && ONCE) {
+    if (wt.plain())
+      packs(std::true_type{});
+    else
+      packs(std::false_type{});
+  } else {
+    packs(std::false_type{});
+  }
+}
+
 /* One row: residual add (add_rmsnorm: h = round(x + res) to res_out, which may be res
  * itself: this thread read the element before overwriting it), the row's statistics summed
  * over the group (every thread of the CTA calls this the same number of times; LayerNorm's
  * merged by warps from 2 packs a thread unless y is fp8, in the one-row and the pipelined
  * kernels alike, so that a strategy's fallback from one to the other gives the same bits), y,
  * rstd and (LayerNorm) the mean. */
-template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, Out OUT>
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool ONCE, Out OUT>
 __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_t row, bool active,
                                         int lane, int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
                                         const Pack<T, VEC> (&rv)[ITEMS],
@@ -633,19 +669,8 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
 #pragma unroll
   for (int i = 0; i < ITEMS; i++)
     opaque(xv[i]);
-  wt.refresh();
-  if (lane == 0)
-    put_stats<NORM>(a, row, st, e.stores());
-  auto *y = row_packs<typename Epi<T, OUT>::O, VEC>(a.y, row, a.sy);
-#pragma unroll
-  for (int i = 0; i < ITEMS; i++) {
-    const int v = lane + i * G;
-    if (v < nvec) {
-      float f[VEC];
-      values<NORM>(xv[i], st, f);
-      store_y<true, NORM>(a, e, y, row, v, f, st, wt, i);
-    }
-  }
+  put_row<NORM, ITEMS, ONCE, T, VEC>(a, e, row, lane, G, nvec, st, wt,
+                                     [&](int i, float(&f)[VEC]) { values<NORM>(xv[i], st, f); });
 }
 
 /* process for LayerNorm rows of a warp or less (compiled lanes: shuffle-only sums), up to 2
@@ -655,9 +680,7 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
  * registers, where LayerNorm's rows are short enough to be issue-bound (docs/kernels.md, "The
  * row held as fp32 where a warp or less holds it"). The same sums in the same order as
  * ln_stats' shuffles, so the same bits as process; written out rather than as ln_stats_by over
- * the held values, which ptxas compiles 4-11 SASS instructions longer (x - mean not shared).
- * The weight and bias kind is tested once a row: the epilogue is compiled for plain ones
- * apart (a sixth fewer instructions after the stats, where every instruction is a row's cost). */
+ * the held values, which ptxas compiles 4-11 SASS instructions longer (x - mean not shared). */
 template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, Out::PLAIN> &e, int64_t row,
                                                 bool active, int lane, int G, int nvec,
@@ -691,22 +714,11 @@ __device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, Out::PL
   const Stats st{mu, rsqrtf(group_sum(q, G) * a.inv_n + a.eps)};
   if (!active)
     return;
-  wt.refresh();
-  if (lane == 0)
-    put_stats<Norm::LN>(a, row, st, true);
-  auto *y = row_packs<T, VEC>(a.y, row, a.sy);
-  auto epilogue = [&](auto plain) {
+  put_row<Norm::LN, ITEMS, true, T, VEC>(a, e, row, lane, G, nvec, st, wt, [&](int i, float(&g)[VEC]) {
 #pragma unroll
-    for (int i = 0; i < ITEMS; i++) {
-      const int v = lane + i * G;
-      if (v < nvec)
-        store_y<true, Norm::LN, decltype(plain)::value>(a, e, y, row, v, f[i], st, wt, i);
-    }
-  };
-  if (wt.plain())
-    epilogue(std::true_type{});
-  else
-    epilogue(std::false_type{});
+    for (int j = 0; j < VEC; j++)
+      g[j] = f[i][j];
+  });
 }
 
 /* The chunked transposed copy (nlk TRANSPOSE_CHUNKED): a forward in chunks of rows, launch c
@@ -773,7 +785,8 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
   if constexpr (NORM == Norm::LN && LANES > 0 && ITEMS <= 2 && OUT == Out::PLAIN)
     process_ln_held<T, VEC, ITEMS>(a, e, row, active, lane, G, nvec, xv, wt);
   else
-    process<T, VEC, ITEMS, NORM, RES>(a, e, row, active, lane, G, nvec, xv, rv, wt, red, parity);
+    process<T, VEC, ITEMS, NORM, RES, (LANES > 0)>(a, e, row, active, lane, G, nvec, xv, rv, wt, red,
+                                                   parity);
   e.commit();
 }
 
@@ -980,7 +993,7 @@ __global__ void __launch_bounds__(pipe_limits(OUT)(ITEMS), pipe_limits(OUT).ctas
           if (RES)
             rv[i] = load_shared<P>(st.at(stage, 1, i));
         }
-    process<T, VEC, ITEMS, NORM, RES>(a, e, row, active, lane, G, nvec, xv, rv, wt, red, parity);
+    process<T, VEC, ITEMS, NORM, RES, false>(a, e, row, active, lane, G, nvec, xv, rv, wt, red, parity);
     stage = stage + 1 == S ? 0 : stage + 1;
   }
   copy_wait(0);
