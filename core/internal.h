@@ -35,6 +35,7 @@ typedef struct nl_knobs {
   struct {
     int64_t row_min_n, narrow_min_m, persistent_max_m;
     double staged_min_waves;
+    int32_t blockrow_items; /* the kernels' rmsnorm.fwd.blockrow_items for LayerNorm */
   } ln_fwd;
   /* add_rmsnorm's */
   struct {
@@ -73,7 +74,7 @@ typedef struct nl_knobs {
 /* build_id.c, generated: SHA-256 over kernels/, the registry lines and the build configuration */
 extern const char nl__build_id[];
 
-enum { NL_SETTINGS_MAX = 96 };
+enum { NL_SETTINGS_MAX = 128 };
 
 /* Scratch memory of one device, grown on demand and kept for the context's lifetime. */
 typedef struct nl_ws {

@@ -517,7 +517,7 @@ describe("CUDA ops #cuda", function()
           local items, grid = {}, {}
           for _, on in ipairs({0, 1}) do
             with_settings({["rmsnorm.fwd.blockrow_wave_doublings"] = on, ["rmsnorm.fwd.blockrow_items"] = 2,
-              ["rmsnorm.fwd.blockrow_group"] = 0, ["rmsnorm.fwd.blockrow_block"] = 64,
+              ["layernorm.fwd.blockrow_items"] = 2, ["rmsnorm.fwd.blockrow_group"] = 0, ["rmsnorm.fwd.blockrow_block"] = 64,
               ["rmsnorm.fwd.early_weight_max_n"] = 4096}, function()
               assert.is_true(check_fwd(p, "blockrow"))
               local a = poisoned_fwd_args(p)
@@ -997,7 +997,7 @@ describe("CUDA ops #cuda", function()
               ["rmsnorm.fwd.reload_min_n"] = (items + block / 32) % 2, ["rmsnorm.fwd.reload_min_m"] = 1,
               ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2,
               ["rmsnorm.fwd.blockrow_block"] = block,
-              ["rmsnorm.fwd.blockrow_items"] = items,
+              ["rmsnorm.fwd.blockrow_items"] = items, ["layernorm.fwd.blockrow_items"] = items,
               ["rmsnorm.fwd.blockrow_group"] = (items * block) % 3 == 0 and 0 or 2 ^ ((items + block / 32) % 6),
               ["rmsnorm.fwd.blockrow_group_min_m"] = 1,
               ["rmsnorm.bwd.blockrow_block"] = 1024 / block * 32,
