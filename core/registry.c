@@ -576,7 +576,8 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
     plan->k.bwd.share_n =
         plan->k.wdt == NLK_F32 ? plan->kn.ln_bwd.w32_share_n : plan->kn.ln_bwd.share_n;
     plan->k.bwd.items = plan->kn.ln_bwd.items;
-    plan->k.fwd.blockrow_items = plan->kn.ln_fwd.blockrow_items;
+    if (plan->k.M < plan->kn.fwd.blockrow_group_min_m)
+      plan->k.fwd.blockrow_items = plan->kn.ln_fwd.blockrow_items;
   } else if (op == NL_OP_ADD_RMSNORM) {
     plan->k.fwd.fp8_max_threads = plan->kn.add_fwd.fp8_max_threads;
     plan->k.bwd.whole_warps = plan->kn.add_bwd.whole_warps;

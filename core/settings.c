@@ -96,7 +96,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA auto forward, LayerNorm: rmsnorm.fwd.persistent_max_m's twin (H100 bf16, 1 to 128 rows of 12288 and 16384 columns: persistent at 0.83-0.97x of the best, row or staged; 0: never)"},
   {.key = "layernorm.fwd.blockrow_items", AT(ln_fwd.blockrow_items, I32),
    .def = 1, .min = 1, .max = 8,
-   .doc = "CUDA blockrow forward, LayerNorm: rmsnorm.fwd.blockrow_items' twin (H200 bf16, 1 against 2 at 64 threads a CTA: 2048 / 4096 / 8192 x 64 +11 / +4 / +4%, 2048 / 4096 x 128 +7 / +5%, 8192 x 128 -2%, 256 to 1024 columns within 1.3%)"},
+   .doc = "CUDA blockrow forward, LayerNorm: rmsnorm.fwd.blockrow_items below rmsnorm.fwd.blockrow_group_min_m rows; more rows keep RMSNorm's rule (H200 bf16 auto, 1 against 2: 2048 rows +15 / +6 / +5% at 64 / 128 / 256 columns, 4096 +4 / +5 / -1.5%, 8192 x 64 +4%, 8192 x 128 -2%, 512 and 1024 within 1%; from 16384 rows 1 lost up to 19% at 64 to 256 columns)"},
   {.key = "add_rmsnorm.fwd.blockrow_max_n", AT(add_fwd.blockrow_max_n, I64),
    .def = 1024, .min = 0, .max = N24,
    .doc = "CUDA auto forward, add_rmsnorm: rmsnorm.fwd.blockrow_max_n's twin (H100 bf16, M = 4096: row and staged led blockrow by 5-6% at N = 1536 and 2048, where RMSNorm's blockrow leads)"},

@@ -997,7 +997,7 @@ describe("CUDA ops #cuda", function()
               ["rmsnorm.fwd.reload_min_n"] = (items + block / 32) % 2, ["rmsnorm.fwd.reload_min_m"] = 1,
               ["rmsnorm.fwd.ctas_per_sm"] = 1, ["rmsnorm.bwd.ctas_per_sm"] = 2,
               ["rmsnorm.fwd.blockrow_block"] = block,
-              ["rmsnorm.fwd.blockrow_items"] = items, ["layernorm.fwd.blockrow_items"] = items,
+              ["rmsnorm.fwd.blockrow_items"] = items,
               ["rmsnorm.fwd.blockrow_group"] = (items * block) % 3 == 0 and 0 or 2 ^ ((items + block / 32) % 6),
               ["rmsnorm.fwd.blockrow_group_min_m"] = 1,
               ["rmsnorm.bwd.blockrow_block"] = 1024 / block * 32,
