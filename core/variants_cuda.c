@@ -163,9 +163,10 @@ static const char *auto_transpose(const nl_knobs *kn, const nlk_norm *k)
       "elements in 16-byte packs between an unaligned head and tail where y sits as x", LIMITS,   \
       ROW_YT),                                                                                    \
   FWD_YT(O, OP, "blockrow", NULL, "a warp or less per row, rmsnorm.fwd.blockrow_block threads per "  \
-      "CTA, shuffle reductions only; packs per thread: rmsnorm.fwd.blockrow_items, or "           \
-      "blockrow_group threads per row from blockrow_group_min_m rows, doubled where that fits "    \
-      "the grid in one wave (rmsnorm.fwd.blockrow_wave_doublings)", BR_LIMITS, ROW_YT),            \
+      "CTA, shuffle reductions only; packs per thread: rmsnorm.fwd.blockrow_items (LayerNorm: "   \
+      "layernorm.fwd.blockrow_items), or blockrow_group threads per row from "                    \
+      "blockrow_group_min_m rows, doubled where that fits the grid in one wave "                  \
+      "(rmsnorm.fwd.blockrow_wave_doublings)", BR_LIMITS, ROW_YT),                                \
   FWD(O, OP, "persistent", NULL, "grid = SMs x resident CTAs striding over rows, weight in "      \
       "registers once per CTA, the next rows in flight through cp.async (rmsnorm.fwd.stages)",    \
       LIMITS),                                                                                    \

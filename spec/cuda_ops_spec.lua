@@ -517,8 +517,8 @@ describe("CUDA ops #cuda", function()
           local items, grid = {}, {}
           for _, on in ipairs({0, 1}) do
             with_settings({["rmsnorm.fwd.blockrow_wave_doublings"] = on, ["rmsnorm.fwd.blockrow_items"] = 2,
-              ["layernorm.fwd.blockrow_items"] = 2, ["rmsnorm.fwd.blockrow_group"] = 0, ["rmsnorm.fwd.blockrow_block"] = 64,
-              ["rmsnorm.fwd.early_weight_max_n"] = 4096}, function()
+              ["layernorm.fwd.blockrow_items"] = 2, ["rmsnorm.fwd.blockrow_group"] = 0,
+              ["rmsnorm.fwd.blockrow_block"] = 64, ["rmsnorm.fwd.early_weight_max_n"] = 4096}, function()
               assert.is_true(check_fwd(p, "blockrow"))
               local a = poisoned_fwd_args(p)
               local info = nl.run(p.op .. ".fwd.blockrow", a)
