@@ -121,9 +121,11 @@ for step in $steps; do
           --markdown "$OUT/tune_fwd_blockrow_wave_$op.md"
       done
       # LayerNorm's compiled-lanes rows (held as fp32 up to 2 packs: process_ln_held) against
-      # the general kernel, both pack counts (session 43 measured it on the H200 only)
-      run tune_fwd_ln_lanes "${tune[@]}" --op layernorm.fwd --variants blockrow --M 4096,32768,65536 \
-        --N 64,128,256,512 --set rmsnorm.fwd.fixed_lanes_max=0,32 --set rmsnorm.fwd.blockrow_items=1,2 \
+      # the general kernel, and its packs per thread below blockrow_group_min_m rows
+      # (layernorm.fwd.blockrow_items: the same figures twice from 16384 rows; sessions 43 and 46
+      # measured both on the H200 only)
+      run tune_fwd_ln_lanes "${tune[@]}" --op layernorm.fwd --variants blockrow --M 2048,4096,8192,32768,65536 \
+        --N 64,128,256,512 --set rmsnorm.fwd.fixed_lanes_max=0,32 --set layernorm.fwd.blockrow_items=1,2 \
         --markdown "$OUT/tune_fwd_ln_lanes.md"
       # an fp8 y: packs per thread on wide rows (each op's own key), bf16 and fp32 x; the
       # transposes' tile under the external yt
