@@ -34,22 +34,23 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
 /* auto forward: staged from staged_min_n columns where the row fits a CTA's shared memory
  * (row's looping kernel reads x twice there; staged reads it once); blockrow up to
  * blockrow_max_n columns, from blockrow_min_m rows (fewer rows want a CTA each) up to
- * blockrow_max_m, and for rows narrower than row_min_n from narrow_min_m rows whatever M
- * above that (a CTA per row has a warp or less: with a few rows it still wins, from about a
- * hundred it leaves the SMs idle); then persistent for up to persistent_max_m rows from
- * persistent_min_n columns below staged_min_n (a few wide rows, where it led row on an H100
- * and an H200; wider rows that staged cannot hold take row's looping kernel), row
- * otherwise. From blockrow_min_m rows RMSNorm takes many_row_min_n for row_min_n (with many
- * rows blockrow keeps its lead to a wider row). LayerNorm takes its own narrow_min_m,
- * row_min_n (from blockrow_min_m rows) and persistent_max_m (layernorm.fwd.*: its two passes
- * make the row kernel issue-bound sooner with many rows, and its persistent kernel lost the
- * few wide rows to row), and, y in x's dtype, staged where row's CTAs need at least
- * layernorm.fwd.staged_min_waves waves (staged holds no row in registers: more rows in
- * flight per SM, which only a grid of several waves uses). add_rmsnorm takes its own blockrow_max_n and narrow_min_m (add_rmsnorm.fwd.*: the
- * residual's packs), and for a y in x's dtype staged instead of row where row's CTAs need
- * more than one wave and at most add_rmsnorm.fwd.staged_max_waves while staged's fit one
- * (the residual's registers leave row's one-wave doublings short there, and a CTA per row
- * lives about two round trips; wide fp32 rows fill staged's shared memory).
+ * blockrow_max_m, and for rows narrower than row_min_n from narrow_min_m rows whatever M above
+ * that (a CTA per row has a warp or less: with a few rows it still wins, from about a hundred
+ * it leaves the SMs idle); then persistent for up to persistent_max_m rows from
+ * persistent_min_n columns below staged_min_n (a few wide rows, where it led row on an H100 and
+ * an H200; wider rows that staged cannot hold take row's looping kernel), row otherwise. From
+ * blockrow_min_m rows RMSNorm takes many_row_min_n for row_min_n (with many rows blockrow keeps
+ * its lead to a wider row). LayerNorm takes its own narrow_min_m, row_min_n (from
+ * blockrow_min_m rows) and persistent_max_m (layernorm.fwd.*: its two passes make the row
+ * kernel issue-bound sooner with many rows, and its persistent kernel lost the few wide rows to
+ * row), and, y in x's dtype, staged where row's CTAs need at least
+ * layernorm.fwd.staged_min_waves waves (staged holds no row in registers: more rows in flight
+ * per SM, which only a grid of several waves uses). add_rmsnorm takes its own blockrow_max_n
+ * and narrow_min_m (add_rmsnorm.fwd.*: the residual's packs), and for a y in x's dtype staged
+ * instead of row where row's CTAs need more than one wave and at most
+ * add_rmsnorm.fwd.staged_max_waves while staged's fit one (the residual's registers leave row's
+ * one-wave doublings short there, and a CTA per row lives about two round trips; wide fp32 rows
+ * fill staged's shared memory).
  * The thresholds come from the H100 and H200 crossovers (docs/kernels.md). */
 static const char *auto_fwd(const nl_knobs *kn, const nlk_norm *k)
 {
