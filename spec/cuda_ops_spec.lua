@@ -546,6 +546,39 @@ describe("CUDA ops #cuda", function()
     end
   end)
 
+  -- LayerNorm's blockrow packs a thread (layernorm.fwd.blockrow_items) stand in for RMSNorm's
+  -- below rmsnorm.fwd.blockrow_group_min_m rows only: from there LayerNorm follows RMSNorm's
+  -- rule, and RMSNorm never reads the twin. Against ref at both layouts.
+  it_cuda("LayerNorm's blockrow packs (layernorm.fwd.blockrow_items) below blockrow_group_min_m only", function()
+    local function items_of(info)
+      return tonumber(info.kernel:match("^fwd_%a+<[^,]+, %d+, (%d+)"))
+    end
+    local min_m = nl.get("rmsnorm.fwd.blockrow_group_min_m")
+    for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "x"}}) do
+      for _, M in ipairs({min_m - 1, min_m}) do
+        local p = problem(M, 128, "bf16", o)
+        reference(p)
+        local items = {}
+        for _, twin in ipairs({1, 2}) do
+          with_settings({["layernorm.fwd.blockrow_items"] = twin, ["rmsnorm.fwd.blockrow_items"] = 4,
+            ["rmsnorm.fwd.blockrow_group"] = 0, ["rmsnorm.fwd.blockrow_wave_doublings"] = 0}, function()
+            assert.is_true(check_fwd(p, "blockrow"))
+            local a = poisoned_fwd_args(p)
+            items[twin] = items_of(nl.run(p.op .. ".fwd.blockrow", a))
+            free(a.y, a.rstd, a.mean, a.residual_out)
+          end)
+        end
+        local what = label(p, "blockrow", "fwd") .. ": " .. items[1] .. ", " .. items[2] .. " packs"
+        if p.op == "layernorm" and M < min_m then
+          assert(items[1] == 1 and items[2] == 2, what)
+        else
+          assert(items[1] == 4 and items[2] == 4, what)
+        end
+        release(p)
+      end
+    end
+  end)
+
   -- The one-row forward kernels with the row's threads compiled in (rmsnorm.fwd.fixed_lanes_max,
   -- 4 to 32 lanes, up to 4 16-byte packs a thread, y in x's dtype, the weight read after the
   -- reduction): run info names the instance (its last template argument, 0 for the general
