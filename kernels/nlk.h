@@ -37,6 +37,7 @@ typedef struct nlk_fwd_tune {
   int32_t items;              /* target 16-byte packs per thread per row; 0: looping kernel */
   int32_t fp8_items;          /* the same, at least, with an fp8 y */
   int32_t fp8_max_threads;    /* an fp8 y, a CTA per row: more packs until the CTA is this small (0: off) */
+  int32_t fp8_many_max_threads; /* that size from fp8_many_min_m rows */
   int32_t block;              /* persistent: preferred threads per CTA */
   int32_t blockrow_block;     /* blockrow: threads per CTA */
   int32_t blockrow_items;     /* blockrow: target packs per thread (below blockrow_group_min_m) */
@@ -59,6 +60,7 @@ typedef struct nlk_fwd_tune {
   int64_t reload_min_m;       /* ... and from this M */
   int64_t skew_wide_n;        /* the same cut rows: 8 packs per thread from this N (0: never) */
   int64_t blockrow_group_min_m; /* blockrow: blockrow_group from this many rows */
+  int64_t fp8_many_min_m;     /* an fp8 y: fp8_many_max_threads from this many rows */
 } nlk_fwd_tune;
 
 /* The tuning of the CUDA backward strategies (rmsnorm.bwd.*). */

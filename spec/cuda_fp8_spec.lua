@@ -14,7 +14,8 @@
 --     columns); current scaling's run info (two passes, the inputs read again); saturation,
 --     NaN and Inf rows, scale 0 and huge scales, current scaling of all-zero x (scale 1);
 --     yt in x's dtype by each way every forward offers (external, strided); wide rows' packs per
---     thread under rmsnorm.fwd.fp8_max_threads and add_rmsnorm's twin (run info's kernel).
+--     thread under rmsnorm.fwd.fp8_max_threads (fp8_many_max_threads from fp8_many_min_m
+--     rows) and add_rmsnorm's twin (run info's kernel).
 local nl = require("normlab")
 local helper = require("spec.helper")
 local drivers = require("spec.drivers")
@@ -480,10 +481,11 @@ describe("#cuda fp8 output of the CUDA forwards", function()
     end
   end)
 
-  it_cuda("fp8 y on wide rows: more packs per thread (rmsnorm.fwd.fp8_max_threads, add_rmsnorm's twin), run info, against ref", function()
+  it_cuda("fp8 y on wide rows: more packs per thread (rmsnorm.fwd.fp8_max_threads, fp8_many_max_threads, add_rmsnorm's twin), run info, against ref", function()
     -- bf16 8192 columns: 1024 packs, 4 a thread (fp8_items) is 256 threads, 8 is 128; fp32
     -- 8192 columns: 2048 packs, 8 a thread is 256 threads (the most packs there are). The
     -- defaults: 128 threads for rmsnorm and layernorm, off for add_rmsnorm (its own setting).
+    -- From rmsnorm.fwd.fp8_many_min_m rows the cap is rmsnorm.fwd.fp8_many_max_threads.
     local function packs(op, x, w)
       local a = args_of(op, to_gpu(x), keep(cuda:empty(x.shape, "fp8e4m3")), {w = to_gpu(w)})
       local info = nl.run(op .. ".fwd.row", a)
@@ -514,6 +516,24 @@ describe("#cuda fp8 output of the CUDA forwards", function()
           assert.are.equal(op == "add_rmsnorm" and 4 or 8, items, "defaults: " .. kernel)
         end)
       end
+    end
+    -- 4096 bf16 columns, 512 packs: 4 a thread at 128 threads, 8 at 64 from fp8_many_min_m
+    -- rows (7 here); add_rmsnorm's cap is off either way
+    local x = keep(cpu:randn({7, 4096}, "bf16", {seed = 33}))
+    local w = keep(cpu:randn({4096}, "bf16", {seed = 34, mean = 1, std = 0.2}))
+    for _, min_m in ipairs({7, 8}) do
+      local s = {["rmsnorm.fwd.fp8_max_threads"] = 128, ["rmsnorm.fwd.fp8_many_max_threads"] = 64,
+        ["rmsnorm.fwd.fp8_many_min_m"] = min_m, ["add_rmsnorm.fwd.fp8_max_threads"] = 0}
+      for k, v in pairs(fixed) do s[k] = v end
+      helper.with_settings(s, function()
+        for _, op in ipairs(OPS) do
+          local items, kernel = packs(op, x, w)
+          assert.are.equal(min_m == 7 and op ~= "add_rmsnorm" and 8 or 4, items,
+            op .. " fp8_many_min_m " .. min_m .. ": " .. kernel)
+          against_ref(op, "row", x, w, {out_dtype = "fp8e4m3", scale = 2},
+            string.format("%s.fwd.row 7x4096 bf16 fp8_many_min_m %d", op, min_m))
+        end
+      end)
     end
   end)
 end)

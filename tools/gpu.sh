@@ -136,6 +136,14 @@ for step in $steps; do
         run tune_fwd_fp8_$op "${fp8[@]}" --op $op.fwd --set $key.fwd.fp8_max_threads=0,128 \
           --markdown "$OUT/tune_fwd_fp8_$op.md"
       done
+      # and the cap from fp8_many_min_m rows (rmsnorm.fwd.fp8_many_max_threads: the H100 keeps
+      # 128, measured on the H200 only), rows of 256 to 512 packs
+      for op in rmsnorm layernorm; do
+        run tune_fwd_fp8_many_$op "$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph \
+          --no-check --weight x --dtypes bf16 --fp8 fp8e4m3 --variants auto --op $op.fwd \
+          --M 4096,16384,32768 --N 2048,3072,4096 --set rmsnorm.fwd.fp8_many_max_threads=128,64 \
+          --markdown "$OUT/tune_fwd_fp8_many_$op.md"
+      done
       run tune_tile "${tune[@]}" --op rmsnorm.fwd --variants auto --fp8 fp8e4m3 --transpose external \
         --M 4096,32768 --N 1024..16384 --set transpose.tile_m=64,128 --markdown "$OUT/tune_tile.md"
       # the looping kernels (rows wider than any register layout), fp32 as well

@@ -1443,14 +1443,17 @@ bool fit(const nlk_norm *k, Rows rows, FwdPlan *p)
     want_items = k->fwd.skew_wide_n > 0 && k->N >= k->fwd.skew_wide_n ? MAX_ITEMS : k->fwd.skew_items;
   /* an fp8 y: at least fp8_items packs, over which its epilogue's per-thread cost spreads; with
    * a CTA per row more, up to MAX_ITEMS, until the CTA has at most fp8_max_threads threads (its
-   * reductions and amax commit are paid once a row, and cost more the more warps they join) */
+   * reductions and amax commit are paid once a row, and cost more the more warps they join),
+   * fp8_many_max_threads from fp8_many_min_m rows (enough CTAs to fill the SMs with fewer
+   * threads each, where a small grid wants the threads) */
   int items = want_items;
   if (out_fp8(out_of(k)) && want_items > 0) {
     if (items < k->fwd.fp8_items)
       items = k->fwd.fp8_items;
     if (rows == Rows::CTA && k->fwd.fp8_max_threads > 0) {
       const int64_t packs = (k->N * elt + 15) / 16;
-      while (items < MAX_ITEMS && packs > (int64_t)items * k->fwd.fp8_max_threads)
+      const int cap = k->M >= k->fwd.fp8_many_min_m ? k->fwd.fp8_many_max_threads : k->fwd.fp8_max_threads;
+      while (items < MAX_ITEMS && packs > (int64_t)items * cap)
         items *= 2;
     }
   }
