@@ -268,6 +268,19 @@ local function stride_items(info)
   return tonumber(info.kernel:match("^bwd_stride<[^,]+, %d+, (%d+),"))
 end
 
+-- Under settings: check_fwd(p, variant), then the run info of the same launch on poisoned
+-- outputs and the packs a thread of its one-row kernel (fwd_one / fwd_reload<T, VEC, ITEMS, ...>).
+local function checked_fwd_items(p, variant, settings)
+  local info
+  with_settings(settings, function()
+    assert.is_true(check_fwd(p, variant))
+    local a = poisoned_fwd_args(p)
+    info = nl.run(p.op .. ".fwd." .. variant, a)
+    free(a.y, a.rstd, a.mean, a.residual_out)
+  end)
+  return tonumber(info.kernel:match("^fwd_%a+<[^,]+, %d+, (%d+)")), info
+end
+
 -- Every forward and backward variant of p's op; returns how many of them refused its shape
 -- and the set of the refused ones ("fwd.row" = reason).
 local function check_all(p)
@@ -468,9 +481,6 @@ describe("CUDA ops #cuda", function()
   -- columns take 1.3-1.6 waves at 2 packs a thread and one at 4 (docs/kernels.md).
   it_cuda("row's packs doubled where that fits one wave (one_wave_doublings), against ref", function()
     local gpu = cuda.info.name
-    local function items_of(info)
-      return tonumber(info.kernel:match("^fwd_%a+<[^,]+, %d+, (%d+)"))
-    end
     for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "fp32", offset = LN_OFFSET}}) do
       for _, dtype in ipairs({"bf16", "fp32"}) do
         for _, s in ipairs({{1, 5120}, {1024, 5120}, {777, 6144}}) do
@@ -478,12 +488,8 @@ describe("CUDA ops #cuda", function()
           reference(p)
           local items = {}
           for _, on in ipairs({0, 2}) do
-            with_settings({["rmsnorm.fwd.one_wave_doublings"] = on, ["rmsnorm.fwd.items"] = 2}, function()
-              assert.is_true(check_fwd(p, "row"))
-              local a = poisoned_fwd_args(p)
-              items[on] = items_of(nl.run(p.op .. ".fwd.row", a))
-              free(a.y, a.rstd, a.mean, a.residual_out)
-            end)
+            items[on] = checked_fwd_items(p, "row", {["rmsnorm.fwd.one_wave_doublings"] = on,
+              ["rmsnorm.fwd.items"] = 2})
           end
           local what = label(p, "row", "fwd")
           assert(items[2] == items[0] or items[2] == 2 * items[0] or items[2] == 4 * items[0], what)
@@ -505,9 +511,6 @@ describe("CUDA ops #cuda", function()
   -- 2 packs (the early weight's kernel, 64-thread CTAs) are 4096 CTAs, more than the 25 an SM
   -- holds at its 40 registers, and 2048 at 4 packs fit.
   it_cuda("blockrow's packs doubled where that fits one wave (blockrow_wave_doublings), against ref", function()
-    local function items_of(info)
-      return tonumber(info.kernel:match("^fwd_%a+<[^,]+, %d+, (%d+)"))
-    end
     local sms132 = cuda.info.name:match("H[12]00") ~= nil
     for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "x"}}) do
       for _, dtype in ipairs({"bf16", "fp32"}) do
@@ -516,15 +519,12 @@ describe("CUDA ops #cuda", function()
           reference(p)
           local items, grid = {}, {}
           for _, on in ipairs({0, 1}) do
-            with_settings({["rmsnorm.fwd.blockrow_wave_doublings"] = on, ["rmsnorm.fwd.blockrow_items"] = 2,
-              ["layernorm.fwd.blockrow_items"] = 2, ["rmsnorm.fwd.blockrow_group"] = 0,
-              ["rmsnorm.fwd.blockrow_block"] = 64, ["rmsnorm.fwd.early_weight_max_n"] = 4096}, function()
-              assert.is_true(check_fwd(p, "blockrow"))
-              local a = poisoned_fwd_args(p)
-              local info = nl.run(p.op .. ".fwd.blockrow", a)
-              items[on], grid[on] = items_of(info), info.grid
-              free(a.y, a.rstd, a.mean, a.residual_out)
-            end)
+            local info
+            items[on], info = checked_fwd_items(p, "blockrow", {["rmsnorm.fwd.blockrow_wave_doublings"] = on,
+              ["rmsnorm.fwd.blockrow_items"] = 2, ["layernorm.fwd.blockrow_items"] = 2,
+              ["rmsnorm.fwd.blockrow_group"] = 0, ["rmsnorm.fwd.blockrow_block"] = 64,
+              ["rmsnorm.fwd.early_weight_max_n"] = 4096})
+            grid[on] = info.grid
           end
           local what = label(p, "blockrow", "fwd") .. ": " .. items[0] .. " -> " .. items[1] .. " packs"
           if items[1] == items[0] then
@@ -550,9 +550,6 @@ describe("CUDA ops #cuda", function()
   -- below rmsnorm.fwd.blockrow_group_min_m rows only: from there LayerNorm follows RMSNorm's
   -- rule, and RMSNorm never reads the twin. Against ref at both layouts.
   it_cuda("LayerNorm's blockrow packs (layernorm.fwd.blockrow_items) below blockrow_group_min_m only", function()
-    local function items_of(info)
-      return tonumber(info.kernel:match("^fwd_%a+<[^,]+, %d+, (%d+)"))
-    end
     local min_m = nl.get("rmsnorm.fwd.blockrow_group_min_m")
     for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "x"}}) do
       for _, M in ipairs({min_m - 1, min_m}) do
@@ -560,13 +557,9 @@ describe("CUDA ops #cuda", function()
         reference(p)
         local items = {}
         for _, twin in ipairs({1, 2}) do
-          with_settings({["layernorm.fwd.blockrow_items"] = twin, ["rmsnorm.fwd.blockrow_items"] = 4,
-            ["rmsnorm.fwd.blockrow_group"] = 0, ["rmsnorm.fwd.blockrow_wave_doublings"] = 0}, function()
-            assert.is_true(check_fwd(p, "blockrow"))
-            local a = poisoned_fwd_args(p)
-            items[twin] = items_of(nl.run(p.op .. ".fwd.blockrow", a))
-            free(a.y, a.rstd, a.mean, a.residual_out)
-          end)
+          items[twin] = checked_fwd_items(p, "blockrow", {["layernorm.fwd.blockrow_items"] = twin,
+            ["rmsnorm.fwd.blockrow_items"] = 4, ["rmsnorm.fwd.blockrow_group"] = 0,
+            ["rmsnorm.fwd.blockrow_wave_doublings"] = 0})
         end
         local what = label(p, "blockrow", "fwd") .. ": " .. items[1] .. ", " .. items[2] .. " packs"
         if p.op == "layernorm" and M < min_m then
