@@ -130,19 +130,17 @@ for step in $steps; do
       # an fp8 y: packs per thread on wide rows (each op's own key), bf16 and fp32 x; the
       # transposes' tile under the external yt
       fp8=("$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph --no-check
-           --weight x --dtypes bf16,fp32 --fp8 fp8e4m3 --variants auto --M 4096,32768 --N 4096,8192,16384)
+           --weight x --fp8 fp8e4m3 --variants auto)
       for op in rmsnorm layernorm add_rmsnorm; do
         key=rmsnorm; [ $op = add_rmsnorm ] && key=add_rmsnorm
-        run tune_fwd_fp8_$op "${fp8[@]}" --op $op.fwd --set $key.fwd.fp8_max_threads=0,128 \
-          --markdown "$OUT/tune_fwd_fp8_$op.md"
+        run tune_fwd_fp8_$op "${fp8[@]}" --op $op.fwd --dtypes bf16,fp32 --M 4096,32768 --N 4096,8192,16384 \
+          --set $key.fwd.fp8_max_threads=0,128 --markdown "$OUT/tune_fwd_fp8_$op.md"
       done
       # and the cap from fp8_many_min_m rows (rmsnorm.fwd.fp8_many_max_threads: the H100 keeps
       # 128, measured on the H200 only), rows of 256 to 512 packs
       for op in rmsnorm layernorm; do
-        run tune_fwd_fp8_many_$op "$BUILD/normlab" experiments/dispatch_sweep.lua --device cuda --graph \
-          --no-check --weight x --dtypes bf16 --fp8 fp8e4m3 --variants auto --op $op.fwd \
-          --M 4096,16384,32768 --N 2048,3072,4096 --set rmsnorm.fwd.fp8_many_max_threads=128,64 \
-          --markdown "$OUT/tune_fwd_fp8_many_$op.md"
+        run tune_fwd_fp8_many_$op "${fp8[@]}" --op $op.fwd --dtypes bf16 --M 4096,16384,32768 --N 2048,3072,4096 \
+          --set rmsnorm.fwd.fp8_many_max_threads=128,64 --markdown "$OUT/tune_fwd_fp8_many_$op.md"
       done
       run tune_tile "${tune[@]}" --op rmsnorm.fwd --variants auto --fp8 fp8e4m3 --transpose external \
         --M 4096,32768 --N 1024..16384 --set transpose.tile_m=64,128 --markdown "$OUT/tune_tile.md"
