@@ -347,7 +347,7 @@ __device__ __forceinline__ Stats ln_stats(const FwdArgs &a, Each each, int G, fl
 /* The thread's elements of a row held in packs, as ln_stats visits them: converted again in
  * each pass, since the row held as fp32 across the reductions takes twice the registers (a
  * resident CTA fewer per SM on wide rows; docs/kernels.md); rows of a warp or less at up to 2
- * packs a thread hold it as fp32 (process_ln_held). */
+ * packs a thread, and rows with an fp8 y at up to 4, hold it as fp32 (process_ln_held). */
 template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ auto held(const Pack<T, VEC> (&xv)[ITEMS], bool active, int lane, int G, int nvec)
 {
@@ -673,19 +673,21 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
                                      [&](int i, float(&f)[VEC]) { values<NORM>(xv[i], st, f); });
 }
 
-/* process for LayerNorm rows of a warp or less (compiled lanes: shuffle-only sums), up to 2
- * packs a thread, y of x's dtype: the packs converted to fp32 once and held, each value pinned
- * (ptxas would otherwise convert the packs again in each pass), and x - mean kept from the
- * variance pass for the epilogue: three instructions an element fewer for at most 16 more
- * registers, where LayerNorm's rows are short enough to be issue-bound (docs/kernels.md, "The
- * row held as fp32 where a warp or less holds it"). The same sums in the same order as
- * ln_stats' shuffles, so the same bits as process; written out rather than as ln_stats_by over
- * the held values, which ptxas compiles 4-11 SASS instructions longer (x - mean not shared). */
-template <typename T, int VEC, int ITEMS>
-__device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, Out::PLAIN> &e, int64_t row,
+/* process for LayerNorm rows that are issue-bound: rows of a warp or less (compiled lanes,
+ * ONCE) at up to 2 packs a thread with y of x's dtype, and rows with an fp8 y (its epilogue's
+ * extra work per element) at up to 4 packs. The packs are converted to fp32 once and held,
+ * each value pinned (ptxas would otherwise convert the packs again in each pass), and x - mean
+ * kept from the variance pass for the epilogue: three instructions an element fewer for more
+ * registers, which at 8 packs (78 -> 106) cost more resident CTAs than the instructions save
+ * (docs/kernels.md, "The row held as fp32 where a warp or less holds it"). The same sums in the same order as ln_stats' group_reduce per pass, so the same bits
+ * as process; written out rather than as ln_stats_by over the held values, which ptxas
+ * compiles 4-11 SASS instructions longer (x - mean not shared). */
+template <typename T, int VEC, int ITEMS, bool ONCE, Out OUT>
+__device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, OUT> &e, int64_t row,
                                                 bool active, int lane, int G, int nvec,
                                                 const Pack<T, VEC> (&xv)[ITEMS],
-                                                Affine<T, VEC, ITEMS, Norm::LN> &wt)
+                                                Affine<T, VEC, ITEMS, Norm::LN> &wt, float (*red)[32],
+                                                int &parity)
 {
   float f[ITEMS][VEC], s = 0.f, q = 0.f;
   if (active) {
@@ -700,7 +702,7 @@ __device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, Out::PL
         }
       }
   }
-  const float mu = group_sum(s, G) * a.inv_n;
+  const float mu = group_reduce(s, G, red, parity) * a.inv_n;
   if (active) {
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
@@ -711,10 +713,10 @@ __device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, Out::PL
           q += f[i][j] * f[i][j];
         }
   }
-  const Stats st{mu, rsqrtf(group_sum(q, G) * a.inv_n + a.eps)};
+  const Stats st{mu, rsqrtf(group_reduce(q, G, red, parity) * a.inv_n + a.eps)};
   if (!active)
     return;
-  put_row<Norm::LN, ITEMS, true, T, VEC>(a, e, row, lane, G, nvec, st, wt, [&](int i, float(&g)[VEC]) {
+  put_row<Norm::LN, ITEMS, ONCE, T, VEC>(a, e, row, lane, G, nvec, st, wt, [&](int i, float(&g)[VEC]) {
 #pragma unroll
     for (int j = 0; j < VEC; j++)
       g[j] = f[i][j];
@@ -782,8 +784,9 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
   if (active)
     load_in<T, VEC, ITEMS, RES>(a, row, lane, G, nvec, xv, rv);
   Affine<T, VEC, ITEMS, NORM> wt(a, lane, G, nvec, EARLY && active);
-  if constexpr (NORM == Norm::LN && LANES > 0 && ITEMS <= 2 && OUT == Out::PLAIN)
-    process_ln_held<T, VEC, ITEMS>(a, e, row, active, lane, G, nvec, xv, wt);
+  if constexpr (NORM == Norm::LN &&
+                (LANES > 0 && ITEMS <= 2 && OUT == Out::PLAIN || out_fp8(OUT) && ITEMS <= 4))
+    process_ln_held<T, VEC, ITEMS, (LANES > 0)>(a, e, row, active, lane, G, nvec, xv, wt, red, parity);
   else
     process<T, VEC, ITEMS, NORM, RES, (LANES > 0)>(a, e, row, active, lane, G, nvec, xv, rv, wt, red,
                                                    parity);
