@@ -166,13 +166,13 @@ describe("#cuda fp8 output of the CUDA forwards", function()
     return a
   end
 
-  -- The forward of op through nl's op functions: y, yt, amax.
-  local function forward(op, x, w, o)
+  -- The forward of op through nl's op functions: y, yt, amax (b: LayerNorm's bias, else none).
+  local function forward(op, x, w, o, b)
     if op == "rmsnorm" then
       local y, _, yt, amax = keep(nl.rmsnorm(x, w, o))
       return y, yt, amax
     elseif op == "layernorm" then
-      local y, _, _, yt, amax = keep(nl.layernorm(x, w, nil, o))
+      local y, _, _, yt, amax = keep(nl.layernorm(x, w, b, o))
       return y, yt, amax
     end
     local y, _, _, yt, amax = keep(nl.add_rmsnorm(x, x, w, o))
@@ -414,23 +414,23 @@ describe("#cuda fp8 output of the CUDA forwards", function()
   -- The fp8 forward of op on CUDA strategy v against ref on x (CPU), options o for both:
   -- y within one fp8 ulp (the off ones counted and printed), NaN where ref has NaN, amax and
   -- (current scaling) the scale written.
-  local function against_ref(op, v, x, w, o, what)
-    local function run(variant, dev, xx, ww)
+  local function against_ref(op, v, x, w, o, what, b)
+    local function run(variant, dev, xx, ww, bb)
       local oo = {variant = variant, amax = true}
       for k, val in pairs(o) do oo[k] = val end
       if o.scaling == "current" then oo.scale = keep(dev:full({1}, 7)) end
-      local y, _, amax = forward(op, xx, ww, oo)
+      local y, _, amax = forward(op, xx, ww, oo, bb)
       return y, amax, o.scaling == "current" and oo.scale or nil -- the scale written
     end
-    local gx, gw = to_gpu(x), to_gpu(w)
+    local gx, gw, gb = to_gpu(x), to_gpu(w), b and to_gpu(b)
     local ok, why = nl.supports(op .. ".fwd." .. v, args_of(op, gx, keep(cuda:empty(x.shape, o.out_dtype)),
       {w = gw, scaling = o.scaling}))
     if not ok then -- a shape the strategy does not take
       assert.truthy(why:find("N = ", 1, true), what .. ": " .. why)
       return
     end
-    local ry, ramax, rscale = run("ref", cpu, x, w)
-    local y, amax, scale = run(v, cuda, gx, gw)
+    local ry, ramax, rscale = run("ref", cpu, x, w, b)
+    local y, amax, scale = run(v, cuda, gx, gw, gb)
     local f8 = o.out_dtype
     local c = nl.compare(y, ry, {atol = f8 == "fp8e4m3" and 2 ^ -9 or 2 ^ -16,
       rtol = f8 == "fp8e4m3" and 2 ^ -3 or 2 ^ -2})
@@ -486,10 +486,19 @@ describe("#cuda fp8 output of the CUDA forwards", function()
     -- 8192 columns: 2048 packs, 8 a thread is 256 threads (the most packs there are). The
     -- defaults: 128 threads for rmsnorm and layernorm, off for add_rmsnorm (its own setting).
     -- From rmsnorm.fwd.fp8_many_min_m rows the cap is rmsnorm.fwd.fp8_many_max_threads.
+    -- LayerNorm runs without a bias and with one of x's dtype (weight and bias plain: the
+    -- epilogue's other path, found once a row at 8 packs).
     local function packs(op, x, w)
       local a = args_of(op, to_gpu(x), keep(cuda:empty(x.shape, "fp8e4m3")), {w = to_gpu(w)})
       local info = nl.run(op .. ".fwd.row", a)
       return tonumber(info.kernel:match("^fwd_one<[^,]+, %d+, (%d+),")), info.kernel
+    end
+    local function check(op, x, w, what)
+      against_ref(op, "row", x, w, {out_dtype = "fp8e4m3", scale = 2}, what)
+      if op == "layernorm" then
+        local b = keep(cpu:randn(w.shape, w.dtype, {seed = 35}))
+        against_ref(op, "row", x, w, {out_dtype = "fp8e4m3", scale = 2}, what .. ", bias", b)
+      end
     end
     local fixed = {["rmsnorm.fwd.fp8_items"] = 4, ["rmsnorm.fwd.reload_min_n"] = 0,
       ["rmsnorm.fwd.early_weight_max_n"] = 0}
@@ -507,8 +516,7 @@ describe("#cuda fp8 output of the CUDA forwards", function()
           helper.with_settings(s, function()
             local items, kernel = packs(op, x, w)
             assert.are.equal(cap == 0 and 4 or 8, items, kernel)
-            against_ref(op, "row", x, w, {out_dtype = "fp8e4m3", scale = 2},
-              string.format("%s.fwd.row 7x%d %s fp8_max_threads %d", op, c[2], c[1], cap))
+            check(op, x, w, string.format("%s.fwd.row 7x%d %s fp8_max_threads %d", op, c[2], c[1], cap))
           end)
         end
         helper.with_settings(fixed, function()
@@ -530,8 +538,7 @@ describe("#cuda fp8 output of the CUDA forwards", function()
           local items, kernel = packs(op, x, w)
           assert.are.equal(min_m == 7 and op ~= "add_rmsnorm" and 8 or 4, items,
             op .. " fp8_many_min_m " .. min_m .. ": " .. kernel)
-          against_ref(op, "row", x, w, {out_dtype = "fp8e4m3", scale = 2},
-            string.format("%s.fwd.row 7x4096 bf16 fp8_many_min_m %d", op, min_m))
+          check(op, x, w, string.format("%s.fwd.row 7x4096 bf16 fp8_many_min_m %d", op, min_m))
         end
       end)
     end

@@ -614,11 +614,13 @@ __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool a
 
 /* A row's outputs once its statistics are known: rstd (and LayerNorm's mean) from the group's
  * first thread, then y for each of the thread's packs from its values (values(i, f)). ONCE
- * (rows of a warp or less, compiled lanes): a LayerNorm weight and bias of x's dtype are
- * found plain once a row and the packs' epilogue compiled apart for them (store_y's
- * PLAIN_WB), where per pack the test and both paths were a sixth of the held row's
- * instructions after the stats. Wider rows keep the test per pack: the second path cost them
- * registers (ITEMS 8: 64 -> 72) and row's occupancy (docs/kernels.md). */
+ * (rows of a warp or less, compiled lanes; LayerNorm's fp8 y at 8 packs): a LayerNorm weight
+ * and bias of x's dtype are found plain once a row and the packs' epilogue compiled apart for
+ * them (store_y's PLAIN_WB), where per pack the test and both paths were a sixth of the held
+ * row's instructions after the stats (about 11 instructions a pack). Wider rows with a y of
+ * x's dtype keep the test per pack: the second path cost them registers (ITEMS 8: 64 -> 72)
+ * and row's occupancy; the fp8 y's 72 -> 80 cost 14 -> 12 CTAs an SM and gained 1-2%
+ * (docs/kernels.md). */
 template <Norm NORM, int ITEMS, bool ONCE, typename T, int VEC, typename A, Out OUT, typename Values>
 __device__ __forceinline__ void put_row(const FwdArgs &a, Epi<T, OUT> &e, int64_t row, int lane, int G,
                                         int nvec, const Stats &st, A &wt, Values values)
@@ -678,10 +680,11 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
  * extra work per element) at up to 4 packs. The packs are converted to fp32 once and held,
  * each value pinned (ptxas would otherwise convert the packs again in each pass), and x - mean
  * kept from the variance pass for the epilogue: three instructions an element fewer for more
- * registers, which at 8 packs (78 -> 106) cost more resident CTAs than the instructions save
- * (docs/kernels.md, "The row held as fp32 where a warp or less holds it"). The same sums in the same order as ln_stats' group_reduce per pass, so the same bits
- * as process; written out rather than as ln_stats_by over the held values, which ptxas
- * compiles 4-11 SASS instructions longer (x - mean not shared). */
+ * registers, which at 8 packs (72 -> 104: 14 -> 9 CTAs an SM) cost more than they save
+ * (docs/kernels.md, "LayerNorm's fp8 y held as fp32 up to 4 packs a thread"). The same sums
+ * in the same order as ln_stats' group_reduce per pass, so the same bits as process; written
+ * out rather than as ln_stats_by over the held values, which ptxas compiles 4-11 SASS
+ * instructions longer (x - mean not shared). */
 template <typename T, int VEC, int ITEMS, bool ONCE, Out OUT>
 __device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, OUT> &e, int64_t row,
                                                 bool active, int lane, int G, int nvec,
@@ -788,8 +791,8 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
                 (LANES > 0 && ITEMS <= 2 && OUT == Out::PLAIN || out_fp8(OUT) && ITEMS <= 4))
     process_ln_held<T, VEC, ITEMS, (LANES > 0)>(a, e, row, active, lane, G, nvec, xv, wt, red, parity);
   else
-    process<T, VEC, ITEMS, NORM, RES, (LANES > 0)>(a, e, row, active, lane, G, nvec, xv, rv, wt, red,
-                                                   parity);
+    process<T, VEC, ITEMS, NORM, RES, (LANES > 0 || NORM == Norm::LN && out_fp8(OUT))>(
+        a, e, row, active, lane, G, nvec, xv, rv, wt, red, parity);
   e.commit();
 }
 
