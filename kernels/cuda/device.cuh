@@ -249,9 +249,9 @@ __device__ __forceinline__ void store_u16_if(void *p, unsigned short u, bool ok)
 
 /* The packs of one row that a thread of a G-thread group holds: v = lane + i*G, streamed
  * (evict-first: a row is read once). */
-template <typename T, int VEC, int ITEMS>
+template <typename T, int VEC, int ITEMS, typename NV>
 __device__ __forceinline__ void load_row(const void *base, int64_t row, int64_t stride, int lane,
-                                         int G, int nvec, Pack<T, VEC> (&out)[ITEMS])
+                                         int G, NV nvec, Pack<T, VEC> (&out)[ITEMS])
 {
   if constexpr (VEC == 1 && sizeof(T) == 2) {
     const T *p = static_cast<const T *>(base) + row * stride + lane;

@@ -180,6 +180,12 @@ struct Stats {
   float mu, r;
 };
 
+/* The pack count of a row that gives every thread of its group all ITEMS packs (N = G ITEMS
+ * VEC), passed where an int nvec goes: each `v < nvec` test of a pack folds to true, so the
+ * packs' loads, passes and stores compile without their branches. */
+struct AllPacks {};
+__device__ __forceinline__ constexpr bool operator<(int, AllPacks) { return true; }
+
 /* What the epilogue hands each stored pack of y besides y itself: nothing (every kernel but
  * the slab, whose tile takes it). */
 struct NoTap {
@@ -348,8 +354,8 @@ __device__ __forceinline__ Stats ln_stats(const FwdArgs &a, Each each, int G, fl
  * each pass, since the row held as fp32 across the reductions takes twice the registers (a
  * resident CTA fewer per SM on wide rows; docs/kernels.md); rows of a warp or less at up to 2
  * packs a thread, and rows with an fp8 y at up to 4, hold it as fp32 (process_ln_held). */
-template <typename T, int VEC, int ITEMS>
-__device__ __forceinline__ auto held(const Pack<T, VEC> (&xv)[ITEMS], bool active, int lane, int G, int nvec)
+template <typename T, int VEC, int ITEMS, typename NV>
+__device__ __forceinline__ auto held(const Pack<T, VEC> (&xv)[ITEMS], bool active, int lane, int G, NV nvec)
 {
   return [&xv, active, lane, G, nvec](auto f) {
     if (!active)
@@ -477,8 +483,8 @@ template <typename T, int VEC, Norm NORM> struct SkewAffine {
   __device__ __forceinline__ bool plain() const { return w.plain() && b.plain(); }
 };
 
-template <typename T, int VEC, int ITEMS, bool RES>
-__device__ __forceinline__ void load_in(const FwdArgs &a, int64_t row, int lane, int G, int nvec,
+template <typename T, int VEC, int ITEMS, bool RES, typename NV>
+__device__ __forceinline__ void load_in(const FwdArgs &a, int64_t row, int lane, int G, NV nvec,
                                         Pack<T, VEC> (&xv)[ITEMS], Pack<T, VEC> (&rv)[ITEMS])
 {
   load_row<T, VEC, ITEMS>(a.x, row, a.sx, lane, G, nvec, xv);
@@ -589,9 +595,9 @@ __device__ __forceinline__ void store_y(const FwdArgs &a, Epi<T, OUT> &e,
 
 /* The statistics of a row held in packs: RMSNorm's sum of squares (after add_rmsnorm's
  * residual add), LayerNorm's two passes (ln_stats, merged by warps where MERGE). */
-template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool MERGE>
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool MERGE, typename NV>
 __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool active, int lane, int G,
-                                           int nvec, Pack<T, VEC> (&xv)[ITEMS],
+                                           NV nvec, Pack<T, VEC> (&xv)[ITEMS],
                                            const Pack<T, VEC> (&rv)[ITEMS], float (*red)[32],
                                            int &parity, bool stores)
 {
@@ -621,9 +627,10 @@ __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool a
  * x's dtype keep the test per pack: the second path cost them registers (ITEMS 8: 64 -> 72)
  * and row's occupancy; the fp8 y's 72 -> 80 cost 14 -> 12 CTAs an SM and gained 1-2%
  * (docs/kernels.md). */
-template <Norm NORM, int ITEMS, bool ONCE, typename T, int VEC, typename A, Out OUT, typename Values>
+template <Norm NORM, int ITEMS, bool ONCE, typename T, int VEC, typename A, Out OUT, typename Values,
+          typename NV>
 __device__ __forceinline__ void put_row(const FwdArgs &a, Epi<T, OUT> &e, int64_t row, int lane, int G,
-                                        int nvec, const Stats &st, A &wt, Values values)
+                                        NV nvec, const Stats &st, A &wt, Values values)
 {
   wt.refresh();
   if (lane == 0)
@@ -656,9 +663,9 @@ __device__ __forceinline__ void put_row(const FwdArgs &a, Epi<T, OUT> &e, int64_
  * merged by warps from 2 packs a thread unless y is fp8, in the one-row and the pipelined
  * kernels alike, so that a strategy's fallback from one to the other gives the same bits), y,
  * rstd and (LayerNorm) the mean. */
-template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool ONCE, Out OUT>
+template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool ONCE, Out OUT, typename NV>
 __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_t row, bool active,
-                                        int lane, int G, int nvec, Pack<T, VEC> (&xv)[ITEMS],
+                                        int lane, int G, NV nvec, Pack<T, VEC> (&xv)[ITEMS],
                                         const Pack<T, VEC> (&rv)[ITEMS],
                                         Affine<T, VEC, ITEMS, NORM> &wt, float (*red)[32],
                                         int &parity)
@@ -685,9 +692,9 @@ __device__ __forceinline__ void process(const FwdArgs &a, Epi<T, OUT> &e, int64_
  * in the same order as ln_stats' group_reduce per pass, so the same bits as process; written
  * out rather than as ln_stats_by over the held values, which ptxas compiles 4-11 SASS
  * instructions longer (x - mean not shared). */
-template <typename T, int VEC, int ITEMS, bool ONCE, Out OUT>
+template <typename T, int VEC, int ITEMS, bool ONCE, Out OUT, typename NV>
 __device__ __forceinline__ void process_ln_held(const FwdArgs &a, Epi<T, OUT> &e, int64_t row,
-                                                bool active, int lane, int G, int nvec,
+                                                bool active, int lane, int G, NV nvec,
                                                 const Pack<T, VEC> (&xv)[ITEMS],
                                                 Affine<T, VEC, ITEMS, Norm::LN> &wt, float (*red)[32],
                                                 int &parity)
@@ -784,15 +791,29 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
   __shared__ float red[2][32];
   int parity = 0;
   Pack<T, VEC> xv[ITEMS], rv[ITEMS];
-  if (active)
-    load_in<T, VEC, ITEMS, RES>(a, row, lane, G, nvec, xv, rv);
-  Affine<T, VEC, ITEMS, NORM> wt(a, lane, G, nvec, EARLY && active);
-  if constexpr (NORM == Norm::LN &&
-                (LANES > 0 && ITEMS <= 2 && OUT == Out::PLAIN || out_fp8(OUT) && ITEMS <= 4))
-    process_ln_held<T, VEC, ITEMS, (LANES > 0)>(a, e, row, active, lane, G, nvec, xv, wt, red, parity);
-  else
-    process<T, VEC, ITEMS, NORM, RES, (LANES > 0 || NORM == Norm::LN && out_fp8(OUT))>(
-        a, e, row, active, lane, G, nvec, xv, rv, wt, red, parity);
+  auto run = [&](auto nv) {
+    if (active)
+      load_in<T, VEC, ITEMS, RES>(a, row, lane, G, nv, xv, rv);
+    Affine<T, VEC, ITEMS, NORM> wt(a, lane, G, nvec, EARLY && active);
+    if constexpr (NORM == Norm::LN &&
+                  (LANES > 0 && ITEMS <= 2 && OUT == Out::PLAIN || out_fp8(OUT) && ITEMS <= 4))
+      process_ln_held<T, VEC, ITEMS, (LANES > 0)>(a, e, row, active, lane, G, nv, xv, wt, red, parity);
+    else
+      process<T, VEC, ITEMS, NORM, RES, (LANES > 0 || NORM == Norm::LN && out_fp8(OUT))>(
+          a, e, row, active, lane, G, nv, xv, rv, wt, red, parity);
+  };
+  /* rows of an fp8 y at 4 packs a thread (LayerNorm's held, RMSNorm's not), issue-bound:
+   * a row that fills every thread's packs (the usual widths) takes a copy without the
+   * per-pack tests (AllPacks); the same registers (ptxas), twice the code. At 8 packs the
+   * copy won at some group sizes and lost up to 11% at others (docs/kernels.md). */
+  if constexpr (ITEMS == 4 && LANES == 0 && out_fp8(OUT)) {
+    if (nvec == G * ITEMS)
+      run(AllPacks{});
+    else
+      run(nvec);
+  } else {
+    run(nvec);
+  }
   e.commit();
 }
 
