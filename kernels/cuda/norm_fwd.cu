@@ -631,8 +631,8 @@ __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool a
  * them (store_y's PLAIN_WB), where per pack the test and both paths were a sixth of the held
  * row's instructions after the stats (about 11 instructions a pack). Wider rows with a y of
  * x's dtype keep the test per pack: the second path cost them registers (ITEMS 8: 64 -> 72)
- * and row's occupancy; the fp8 y's 72 -> 80 cost 14 -> 12 CTAs an SM and gained 1-2%
- * (docs/kernels.md). */
+ * and row's occupancy; the fp8 y's 72 -> 80 cost 14 -> 12 CTAs an SM and gained 1-2%, and
+ * FWD_FP8_LIMITS now holds it to 64 (docs/kernels.md). */
 template <Norm NORM, int ITEMS, bool ONCE, typename T, int VEC, typename A, Out OUT, typename Values,
           typename NV>
 __device__ __forceinline__ void put_row(const FwdArgs &a, Epi<T, OUT> &e, int64_t row, int lane, int G,
