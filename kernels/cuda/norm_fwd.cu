@@ -811,8 +811,8 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
   /* rows of an fp8 y at 4 packs a thread (LayerNorm's held, RMSNorm's not), issue-bound:
    * a row that fills every thread's packs (the usual widths) takes a copy without the
    * per-pack tests (AllPacks); twice the code, registers as before (bf16 ptxas: LayerNorm's
-   * unchanged, RMSNorm's 60 -> 62, the same allocation). At 8 packs the copy won at some
-   * group sizes and lost up to 11% at others (docs/kernels.md). */
+   * unchanged, RMSNorm's 60 -> 62, the same allocation). At 8 packs the copy took 96
+   * registers, one CTA fewer an SM, and lost up to 11% (docs/kernels.md). */
   if constexpr (ITEMS == 4 && LANES == 0 && out_fp8(OUT)) {
     if (nvec == G * ITEMS)
       run(AllPacks{});
