@@ -165,14 +165,18 @@ constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0, t
  * (the early weight's kernels spill within 32). */
 constexpr BlockLimits FWD_SCALAR_LIMITS{{1024, 512, 512, 256}, {2, 2, 2, 2}, 0, true};
 /* An fp8 y at 8 packs, no yt, no residual: four CTAs of 256 within 64 registers, where the two
- * of FWD_LIMITS let ptxas take 72-80 (bf16) and keep three resident: +3-6% at 8192 and 16384
- * columns (H200; fp16 LayerNorm spills 8 bytes and gains as much). With a yt or a residual it
- * spills within 64; three CTAs (80) changed nothing there. */
+ * of FWD_LIMITS let ptxas take 72-80 and keep three resident: +3-6% at 4096 to 16384 columns
+ * (H200). LayerNorm's 16-bit rows spill 40-52 bytes within 64 with the full-rows copy
+ * (fwd_one) and run faster in three CTAs of 80 registers, unspilled (FWD_FP8_LN16_LIMITS).
+ * With a yt or a residual the kernel spills within 64; three CTAs (80) changed nothing there. */
 constexpr BlockLimits FWD_FP8_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 4}, 0, true};
-template <typename T, int VEC, bool RES, bool EARLY, Out OUT> constexpr const BlockLimits &one_limits()
+constexpr BlockLimits FWD_FP8_LN16_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 3}, 0, true};
+template <typename T, int VEC, Norm NORM, bool RES, bool EARLY, Out OUT>
+constexpr const BlockLimits &one_limits()
 {
-  return EARLY                                                     ? FWD_EARLY_LIMITS
-         : out_fp8(OUT) && !out_yt(OUT) && !RES                    ? FWD_FP8_LIMITS
+  return EARLY ? FWD_EARLY_LIMITS
+         : out_fp8(OUT) && !out_yt(OUT) && !RES
+             ? (NORM == Norm::LN && sizeof(T) == 2 ? FWD_FP8_LN16_LIMITS : FWD_FP8_LIMITS)
          : VEC == 1 && sizeof(T) == 2 && !RES && OUT == Out::PLAIN ? FWD_SCALAR_LIMITS
                                                                   : FWD_LIMITS;
 }
@@ -632,7 +636,7 @@ __device__ __forceinline__ Stats row_stats(const FwdArgs &a, int64_t row, bool a
  * row's instructions after the stats (about 11 instructions a pack). Wider rows with a y of
  * x's dtype keep the test per pack: the second path cost them registers (ITEMS 8: 64 -> 72)
  * and row's occupancy; the fp8 y's 72 -> 80 cost 14 -> 12 CTAs an SM and gained 1-2%, and
- * FWD_FP8_LIMITS now holds it to 64 (docs/kernels.md). */
+ * one_limits now holds it to 64 (80 for LayerNorm's 16-bit rows; docs/kernels.md). */
 template <Norm NORM, int ITEMS, bool ONCE, typename T, int VEC, typename A, Out OUT, typename Values,
           typename NV>
 __device__ __forceinline__ void put_row(const FwdArgs &a, Epi<T, OUT> &e, int64_t row, int lane, int G,
@@ -776,7 +780,7 @@ template <typename O> __device__ __forceinline__ void chunk_tile(const FwdArgs &
  * leaves no branch on the group's size; small rows are where that prologue is a row's cost. */
 template <typename T, int VEC, int ITEMS, Norm NORM, bool RES, bool EARLY, Out OUT, int LANES = 0>
 __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
-                                  (one_limits<T, VEC, RES, EARLY, OUT>()).ctas_at(ITEMS, VEC * sizeof(T)))
+                                  (one_limits<T, VEC, NORM, RES, EARLY, OUT>()).ctas_at(ITEMS, VEC * sizeof(T)))
     fwd_one(FwdArgs a, FwdOut o)
 {
   pdl_begin(a.pdl);
@@ -811,9 +815,10 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
   /* rows of an fp8 y at 4 packs a thread (LayerNorm's held, RMSNorm's not), issue-bound:
    * a row that fills every thread's packs (the usual widths) takes a copy without the
    * per-pack tests (AllPacks); twice the code, registers as before (bf16 ptxas: LayerNorm's
-   * unchanged, RMSNorm's 60 -> 62, the same allocation). At 8 packs the copy took 96
-   * registers, one CTA fewer an SM, and lost up to 11% (docs/kernels.md). */
-  if constexpr (ITEMS == 4 && LANES == 0 && out_fp8(OUT)) {
+   * unchanged, RMSNorm's 60 -> 62, the same allocation), and at 8 packs within
+   * one_limits' bounds (+1-5% at 4096 to 16384 columns, H200; under FWD_LIMITS it took 96
+   * registers, one CTA fewer an SM, and lost up to 11%: docs/kernels.md). */
+  if constexpr (ITEMS >= 4 && LANES == 0 && out_fp8(OUT)) {
     if (nvec == G * ITEMS)
       run(AllPacks{});
     else
