@@ -815,10 +815,11 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
   /* rows of an fp8 y at 4 packs a thread (LayerNorm's held, RMSNorm's not), issue-bound:
    * a row that fills every thread's packs (the usual widths) takes a copy without the
    * per-pack tests (AllPacks); twice the code, registers as before (bf16 ptxas: LayerNorm's
-   * unchanged, RMSNorm's 60 -> 62, the same allocation), and at 8 packs within
-   * one_limits' bounds (+1-5% at 4096 to 16384 columns, H200; under FWD_LIMITS it took 96
-   * registers, one CTA fewer an SM, and lost up to 11%: docs/kernels.md). */
-  if constexpr (ITEMS >= 4 && LANES == 0 && out_fp8(OUT)) {
+   * unchanged, RMSNorm's 60 -> 62, the same allocation), and at 8 packs where one_limits'
+   * fp8 bounds hold it (no yt, no residual: +1-5% at 4096 to 16384 columns, H200); under
+   * FWD_LIMITS it took 96 registers, one CTA fewer an SM, and lost up to 11% (LayerNorm's
+   * strided yt: 80 -> 127; docs/kernels.md). */
+  if constexpr (LANES == 0 && out_fp8(OUT) && (ITEMS == 4 || ITEMS == 8 && !out_yt(OUT) && !RES)) {
     if (nvec == G * ITEMS)
       run(AllPacks{});
     else
