@@ -174,11 +174,13 @@ constexpr BlockLimits FWD_FP8_LN16_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 3}, 0
 template <typename T, int VEC, Norm NORM, bool RES, bool EARLY, Out OUT>
 constexpr const BlockLimits &one_limits()
 {
-  return EARLY ? FWD_EARLY_LIMITS
-         : out_fp8(OUT) && !out_yt(OUT) && !RES
-             ? (NORM == Norm::LN && sizeof(T) == 2 ? FWD_FP8_LN16_LIMITS : FWD_FP8_LIMITS)
-         : VEC == 1 && sizeof(T) == 2 && !RES && OUT == Out::PLAIN ? FWD_SCALAR_LIMITS
-                                                                  : FWD_LIMITS;
+  if (EARLY)
+    return FWD_EARLY_LIMITS;
+  if (out_fp8(OUT) && !out_yt(OUT) && !RES)
+    return NORM == Norm::LN && sizeof(T) == 2 ? FWD_FP8_LN16_LIMITS : FWD_FP8_LIMITS;
+  if (VEC == 1 && sizeof(T) == 2 && !RES && OUT == Out::PLAIN)
+    return FWD_SCALAR_LIMITS;
+  return FWD_LIMITS;
 }
 /* reload: nothing held across the reduction, so 32 registers and a full SM of threads up
  * to 2 packs; the first read's packs need more at 4 (three CTAs of 512) and 8. */
