@@ -165,7 +165,7 @@ constexpr BlockLimits FWD_EARLY_LIMITS{{1024, 512, 512, 256}, {1, 3, 2, 2}, 0, t
  * (the early weight's kernels spill within 32). */
 constexpr BlockLimits FWD_SCALAR_LIMITS{{1024, 512, 512, 256}, {2, 2, 2, 2}, 0, true};
 /* An fp8 y at 8 packs, no yt, no residual: four CTAs of 256 within 64 registers, where the two
- * of FWD_LIMITS let ptxas take 72-80 and keep three resident: +3-6% at 4096 to 16384 columns
+ * of FWD_LIMITS let ptxas take 72-80 and keep three resident: +2-6% at 4096 to 16384 columns
  * (H200). LayerNorm's 16-bit rows spill 40-52 bytes within 64 with the full-rows copy
  * (fwd_one) and run faster in three CTAs of 80 registers, unspilled (FWD_FP8_LN16_LIMITS).
  * With a yt or a residual the kernel spills within 64; three CTAs (80) changed nothing there. */
