@@ -171,12 +171,14 @@ constexpr BlockLimits FWD_SCALAR_LIMITS{{1024, 512, 512, 256}, {2, 2, 2, 2}, 0, 
  * With a yt or a residual the kernel spills within 64; three CTAs (80) changed nothing there. */
 constexpr BlockLimits FWD_FP8_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 4}, 0, true};
 constexpr BlockLimits FWD_FP8_LN16_LIMITS{{1024, 512, 512, 256}, {1, 2, 2, 3}, 0, true};
+/* The kernels those two bound: an fp8 y without yt or residual (fwd_one's 8-pack copy too). */
+template <bool RES, Out OUT> constexpr bool FP8_BOUNDED = out_fp8(OUT) && !out_yt(OUT) && !RES;
 template <typename T, int VEC, Norm NORM, bool RES, bool EARLY, Out OUT>
 constexpr const BlockLimits &one_limits()
 {
   if (EARLY)
     return FWD_EARLY_LIMITS;
-  if (out_fp8(OUT) && !out_yt(OUT) && !RES)
+  if (FP8_BOUNDED<RES, OUT>)
     return NORM == Norm::LN && sizeof(T) == 2 ? FWD_FP8_LN16_LIMITS : FWD_FP8_LIMITS;
   if (VEC == 1 && sizeof(T) == 2 && !RES && OUT == Out::PLAIN)
     return FWD_SCALAR_LIMITS;
@@ -821,7 +823,7 @@ __global__ void __launch_bounds__(FWD_LIMITS.at(ITEMS, VEC * sizeof(T)),
    * fp8 bounds hold it (no yt, no residual: +1-5% at 4096 to 16384 columns, H200); under
    * FWD_LIMITS it took 96 registers, one CTA fewer an SM, and lost up to 11% (LayerNorm's
    * strided yt: 80 -> 127; docs/kernels.md). */
-  if constexpr (LANES == 0 && out_fp8(OUT) && (ITEMS == 4 || ITEMS == 8 && !out_yt(OUT) && !RES)) {
+  if constexpr (LANES == 0 && out_fp8(OUT) && (ITEMS == 4 || ITEMS == 8 && FP8_BOUNDED<RES, OUT>)) {
     if (nvec == G * ITEMS)
       run(AllPacks{});
     else
