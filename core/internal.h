@@ -35,6 +35,8 @@ typedef struct nl_knobs {
   struct {
     int64_t row_min_n, narrow_min_m, persistent_max_m;
     double staged_min_waves;
+    int32_t items;          /* the kernels' rmsnorm.fwd.items for LayerNorm, from
+                             * rmsnorm.fwd.blockrow_min_m rows */
     int32_t blockrow_items; /* the kernels' rmsnorm.fwd.blockrow_items for LayerNorm, below
                              * rmsnorm.fwd.blockrow_group_min_m rows */
   } ln_fwd;

@@ -576,6 +576,8 @@ nl_status nl__plan(nl_ctx *ctx, const char *variant, const nl_norm_args *args, n
     plan->k.bwd.share_n =
         plan->k.wdt == NLK_F32 ? plan->kn.ln_bwd.w32_share_n : plan->kn.ln_bwd.share_n;
     plan->k.bwd.items = plan->kn.ln_bwd.items;
+    if (plan->k.M >= plan->kn.rms_fwd.blockrow_min_m)
+      plan->k.fwd.items = plan->kn.ln_fwd.items;
     if (plan->k.M < plan->kn.fwd.blockrow_group_min_m)
       plan->k.fwd.blockrow_items = plan->kn.ln_fwd.blockrow_items;
   } else if (op == NL_OP_ADD_RMSNORM) {
