@@ -43,11 +43,12 @@ const nlk_strategy *const nl__cuda_transpose_kernels[] = {nlk_cuda_transpose, NU
  * its lead to a wider row). LayerNorm takes its own narrow_min_m, row_min_n (from
  * blockrow_min_m rows) and persistent_max_m (layernorm.fwd.*: its two passes make the row
  * kernel issue-bound sooner with many rows, and its persistent kernel lost the few wide rows to
- * row), and, y in x's dtype, staged where row's CTAs need at least
- * layernorm.fwd.staged_min_waves waves (staged holds no row in registers: more rows in flight
- * per SM, which only a grid of several waves uses). add_rmsnorm takes its own blockrow_max_n
- * and narrow_min_m (add_rmsnorm.fwd.*: the residual's packs), and for a y in x's dtype staged
- * instead of row where row's CTAs need more than one wave and at most
+ * row), and, y in x's dtype, staged where row's CTAs (at layernorm.fwd.items packs from
+ * blockrow_min_m rows) need at least layernorm.fwd.staged_min_waves waves (staged holds no row
+ * in registers: more rows in flight per SM, which only a grid of several waves uses).
+ * add_rmsnorm takes its own blockrow_max_n and narrow_min_m (add_rmsnorm.fwd.*: the residual's
+ * packs), and for a y in x's dtype staged instead of row where row's CTAs need more than one
+ * wave and at most
  * add_rmsnorm.fwd.staged_max_waves while staged's fit one (the residual's registers leave row's
  * one-wave doublings short there, and a CTA per row lives about two round trips; wide fp32 rows
  * fill staged's shared memory).

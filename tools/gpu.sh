@@ -108,6 +108,9 @@ for step in $steps; do
         --set rmsnorm.fwd.staged_items=1,2,4,8 --markdown "$OUT/tune_fwd_staged.md"
       run tune_fwd_pipe "${tune[@]}" --op rmsnorm.fwd --variants persistent --M 4096,32768 --N 1024,4096,16384 \
         --set rmsnorm.fwd.items=2,4 --set rmsnorm.fwd.stages=2,3 --markdown "$OUT/tune_fwd_pipe.md"
+      # LayerNorm's own packs from 2048 rows (the H200 took 4 in session 52, the H100 keeps 2)
+      run tune_fwd_ln_items "${tune[@]}" --op layernorm.fwd --variants auto,row --M 2048,4096,8192,32768 \
+        --N 2048..16384 --set layernorm.fwd.items=2,4 --markdown "$OUT/tune_fwd_ln_items.md"
       # blockrow's CTA size by op from 16384 rows (the H200 took 64 in session 42)
       for op in rmsnorm layernorm add_rmsnorm; do
         run tune_fwd_blockrow_block_$op "${tune[@]}" --op $op.fwd --variants blockrow --M 4096,16384,32768,65536 \
