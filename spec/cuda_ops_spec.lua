@@ -572,6 +572,32 @@ describe("CUDA ops #cuda", function()
     end
   end)
 
+  -- LayerNorm's row packs a thread (layernorm.fwd.items) stand in for rmsnorm.fwd.items from
+  -- rmsnorm.fwd.blockrow_min_m rows only; RMSNorm and add_rmsnorm never read the twin (no
+  -- doublings, no second read of x, so the packs are the settings'). Against ref at both.
+  it_cuda("LayerNorm's row packs (layernorm.fwd.items) from blockrow_min_m rows only", function()
+    local min_m = nl.get("rmsnorm.fwd.blockrow_min_m")
+    for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "x"}}) do
+      for _, M in ipairs({min_m - 1, min_m}) do
+        local p = problem(M, 4096, "bf16", o)
+        reference(p)
+        local items = {}
+        for _, twin in ipairs({2, 4}) do
+          items[twin] = checked_fwd_items(p, "row", {["layernorm.fwd.items"] = twin,
+            ["rmsnorm.fwd.items"] = 1, ["rmsnorm.fwd.one_wave_doublings"] = 0,
+            ["rmsnorm.fwd.reload_min_n"] = 0})
+        end
+        local what = label(p, "row", "fwd") .. ": " .. items[2] .. ", " .. items[4] .. " packs"
+        if p.op == "layernorm" and M >= min_m then
+          assert(items[2] == 2 and items[4] == 4, what)
+        else
+          assert(items[2] == 1 and items[4] == 1, what)
+        end
+        release(p)
+      end
+    end
+  end)
+
   -- The one-row forward kernels with the row's threads compiled in (rmsnorm.fwd.fixed_lanes_max,
   -- 4 to 32 lanes, up to 4 16-byte packs a thread, y in x's dtype, the weight read after the
   -- reduction): run info names the instance (its last template argument, 0 for the general
