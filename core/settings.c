@@ -96,7 +96,7 @@ static const nl_setting_def defs[] = {
    .doc = "CUDA auto forward, LayerNorm: rmsnorm.fwd.persistent_max_m's twin (H100 bf16, 1 to 128 rows of 12288 and 16384 columns: persistent at 0.83-0.97x of the best, row or staged; 0: never)"},
   {.key = "layernorm.fwd.items", AT(ln_fwd.items, I32),
    .def = 4, .min = 0, .max = 8, .models = {{"H100", 2}},
-   .doc = "CUDA forward, LayerNorm: rmsnorm.fwd.items from rmsnorm.fwd.blockrow_min_m rows (fewer keep RMSNorm's; its issue-bound rows pay their two reductions over twice the elements; H200 bf16, 4 against 2: row +2.5-4.6% at 2048-8192 rows of 3072-8192 columns and 8192 x 2048, level at 12288 and 16384 (where 2 packs already gave 4), -3.7% at 4096 x 2048 (1.55 waves against 2.59))"},
+   .doc = "CUDA forward, LayerNorm: rmsnorm.fwd.items from rmsnorm.fwd.blockrow_min_m rows (fewer keep RMSNorm's; its issue-bound rows pay their two reductions over twice the elements; H200, auto with 4 against 2 and staged_min_waves 7 against 3: bf16 +2.3-4.4% at 2048-8192 rows of 3072-8192 columns and 8192 x 1536 / 2048, fp16 / fp32 4096 x 4096 +7.2 / +4.1%, -2.4 / -3.5 / -4.4% at 2048 x 1536, 4096 x 1536 and 4096 x 2048 (4096 x 2048: 1.55 waves against 2.59), level at 12288 and 16384 columns, where 2 packs already gave 4)"},
   {.key = "layernorm.fwd.blockrow_items", AT(ln_fwd.blockrow_items, I32),
    .def = 1, .min = 1, .max = 8,
    .doc = "CUDA blockrow forward, LayerNorm: rmsnorm.fwd.blockrow_items below rmsnorm.fwd.blockrow_group_min_m rows; more rows keep RMSNorm's rule (H200 bf16 auto, 1 against 2: 2048 rows +15 / +6 / +5% at 64 / 128 / 256 columns, 4096 +4 / +5 / -1.5%, 8192 x 64 +4%, 8192 x 128 -2%, 512 and 1024 within 1%; from 16384 rows 1 lost up to 19% at 64 to 256 columns)"},
