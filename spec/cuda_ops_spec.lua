@@ -546,56 +546,50 @@ describe("CUDA ops #cuda", function()
     end
   end)
 
-  -- LayerNorm's blockrow packs a thread (layernorm.fwd.blockrow_items) stand in for RMSNorm's
-  -- below rmsnorm.fwd.blockrow_group_min_m rows only: from there LayerNorm follows RMSNorm's
-  -- rule, and RMSNorm never reads the twin. Against ref at both layouts.
-  it_cuda("LayerNorm's blockrow packs (layernorm.fwd.blockrow_items) below blockrow_group_min_m only", function()
-    local min_m = nl.get("rmsnorm.fwd.blockrow_group_min_m")
+  -- LayerNorm's twins of RMSNorm's packs a thread, each read on one side of a row count only:
+  -- for every op at t.min_m - 1 and t.min_m rows of t.N bf16 columns, the variant's packs with
+  -- the twin at each of two values and RMSNorm's setting (in t.fixed, with what else pins the
+  -- layout) at t.own, against ref; LayerNorm's launches on the twin's side (below t.min_m rows,
+  -- or from there) follow the twin, every other launch keeps t.own.
+  local function twin_packs(t)
     for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "x"}}) do
-      for _, M in ipairs({min_m - 1, min_m}) do
-        local p = problem(M, 128, "bf16", o)
+      for _, M in ipairs({t.min_m - 1, t.min_m}) do
+        local p = problem(M, t.N, "bf16", o)
         reference(p)
         local items = {}
-        for _, twin in ipairs({1, 2}) do
-          items[twin] = checked_fwd_items(p, "blockrow", {["layernorm.fwd.blockrow_items"] = twin,
-            ["rmsnorm.fwd.blockrow_items"] = 4, ["rmsnorm.fwd.blockrow_group"] = 0,
-            ["rmsnorm.fwd.blockrow_wave_doublings"] = 0})
+        for i, v in ipairs(t.values) do
+          local settings = {[t.twin] = v}
+          for k, x in pairs(t.fixed) do
+            settings[k] = x
+          end
+          items[i] = checked_fwd_items(p, t.variant, settings)
         end
-        local what = label(p, "blockrow", "fwd") .. ": " .. items[1] .. ", " .. items[2] .. " packs"
-        if p.op == "layernorm" and M < min_m then
-          assert(items[1] == 1 and items[2] == 2, what)
-        else
-          assert(items[1] == 4 and items[2] == 4, what)
+        local what = label(p, t.variant, "fwd") .. ": " .. items[1] .. ", " .. items[2] .. " packs"
+        local follows = p.op == "layernorm" and (M < t.min_m) == t.below
+        for i, v in ipairs(t.values) do
+          assert(items[i] == (follows and v or t.own), what)
         end
         release(p)
       end
     end
+  end
+
+  -- blockrow's (layernorm.fwd.blockrow_items) below rmsnorm.fwd.blockrow_group_min_m rows: from
+  -- there LayerNorm follows RMSNorm's rule.
+  it_cuda("LayerNorm's blockrow packs (layernorm.fwd.blockrow_items) below blockrow_group_min_m only", function()
+    twin_packs({variant = "blockrow", twin = "layernorm.fwd.blockrow_items", values = {1, 2}, own = 4,
+      N = 128, min_m = nl.get("rmsnorm.fwd.blockrow_group_min_m"), below = true,
+      fixed = {["rmsnorm.fwd.blockrow_items"] = 4, ["rmsnorm.fwd.blockrow_group"] = 0,
+        ["rmsnorm.fwd.blockrow_wave_doublings"] = 0}})
   end)
 
-  -- LayerNorm's row packs a thread (layernorm.fwd.items) stand in for rmsnorm.fwd.items from
-  -- rmsnorm.fwd.blockrow_min_m rows only; RMSNorm and add_rmsnorm never read the twin (no
-  -- doublings, no second read of x, so the packs are the settings'). Against ref at both.
+  -- row's (layernorm.fwd.items) from rmsnorm.fwd.blockrow_min_m rows (no doublings, no second
+  -- read of x, so the packs are the settings').
   it_cuda("LayerNorm's row packs (layernorm.fwd.items) from blockrow_min_m rows only", function()
-    local min_m = nl.get("rmsnorm.fwd.blockrow_min_m")
-    for _, o in ipairs({{}, {add = true}, {op = "layernorm", weight = "x", bias = "x"}}) do
-      for _, M in ipairs({min_m - 1, min_m}) do
-        local p = problem(M, 4096, "bf16", o)
-        reference(p)
-        local items = {}
-        for _, twin in ipairs({2, 4}) do
-          items[twin] = checked_fwd_items(p, "row", {["layernorm.fwd.items"] = twin,
-            ["rmsnorm.fwd.items"] = 1, ["rmsnorm.fwd.one_wave_doublings"] = 0,
-            ["rmsnorm.fwd.reload_min_n"] = 0})
-        end
-        local what = label(p, "row", "fwd") .. ": " .. items[2] .. ", " .. items[4] .. " packs"
-        if p.op == "layernorm" and M >= min_m then
-          assert(items[2] == 2 and items[4] == 4, what)
-        else
-          assert(items[2] == 1 and items[4] == 1, what)
-        end
-        release(p)
-      end
-    end
+    twin_packs({variant = "row", twin = "layernorm.fwd.items", values = {2, 4}, own = 1, N = 4096,
+      min_m = nl.get("rmsnorm.fwd.blockrow_min_m"), below = false,
+      fixed = {["rmsnorm.fwd.items"] = 1, ["rmsnorm.fwd.one_wave_doublings"] = 0,
+        ["rmsnorm.fwd.reload_min_n"] = 0}})
   end)
 
   -- The one-row forward kernels with the row's threads compiled in (rmsnorm.fwd.fixed_lanes_max,
