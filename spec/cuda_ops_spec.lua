@@ -12,6 +12,7 @@
 -- the layernorm tests stay pending while no CUDA layernorm variant is registered.
 local nl = require("normlab")
 local helper = require("spec.helper")
+local util = require("normlab.util")
 local drivers = require("spec.drivers")
 
 local BACKEND = "cuda"
@@ -558,10 +559,8 @@ describe("CUDA ops #cuda", function()
         reference(p)
         local items = {}
         for i, v in ipairs(t.values) do
-          local settings = {[t.twin] = v}
-          for k, x in pairs(t.fixed) do
-            settings[k] = x
-          end
+          local settings = util.copy(t.fixed)
+          settings[t.twin] = v
           items[i] = checked_fwd_items(p, t.variant, settings)
         end
         local what = label(p, t.variant, "fwd") .. ": " .. items[1] .. ", " .. items[2] .. " packs"

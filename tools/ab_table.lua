@@ -108,9 +108,10 @@ for _, k in ipairs(order) do
   local cell = cells[k]
   local row = cell.row
   local line = {row.op .. "." .. row.pass, row.dtype, ("%d"):format(row.M), ("%d"):format(row.N), row.variant}
-  local base = figure(cell.runs[1])
+  local base
   for b = 1, #builds do
     local mean, status, spread = figure(cell.runs[b])
+    if b == 1 then base = mean end
     local text
     if not mean then
       text = status
